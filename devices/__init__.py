@@ -1,0 +1,1 @@
+"""Devices: one module per backend with compiler, loader, allocator, timer and fingerprint (issues: CPU, GPU backends)."""

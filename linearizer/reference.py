@@ -1,0 +1,223 @@
+"""The reference interpreter: what a kernel computes, defined in numpy.
+
+It is the golden answer for every generated kernel, so the semantics are spelled out here:
+- A position masked out by any view reads 0 of the LOAD's (or CONST's) dtype; a STORE skips it.
+  Positions are decoded view by view exactly as the format says, independently of the symbolic
+  machinery the code generators use.
+- float16 and bfloat16 arithmetic is done in float32 and rounded to the dtype after every op, as
+  generated code does. Float DIV is IEEE division; MAX propagates NaN; float MOD is C `fmod`.
+- Integer arithmetic wraps (two's complement). DIV truncates toward zero and MOD takes the sign of
+  the dividend (C); dividing by zero gives 0 for both, INT_MIN / -1 wraps to INT_MIN.
+- bool: ADD and MAX are OR, MUL is AND, XOR is XOR, NEG is NOT; SUB, DIV and MOD are not defined.
+- Comparisons give bool; NaN compares false (CMPEQ too).
+- CAST: to bool is `x != 0` (NaN is true); from bool gives 0 or 1; int to int wraps; int or float to
+  float rounds to nearest; float to int truncates toward zero and SATURATES to the target's range,
+  NaN giving 0 (C leaves these undefined; we define them). A bitcast reinterprets the bits.
+- REDUCE SUM accumulates in float32 for float16/bfloat16/float32, float64 for float64, and in the
+  integer dtype itself (wrapping) for integers; the result is rounded to the dtype. MAX starts
+  from the first element (every axis has at least one), propagating NaN.
+"""
+from __future__ import annotations
+import math, warnings
+from typing import Iterator, Mapping, Optional, Sequence
+import numpy as np
+from linearizer.ast import KernelAST, LazyOp, MemArg, ConstArg, concrete_st
+from linearizer.dtypes import DType, float32, bool_
+from linearizer.shapetracker import ShapeTracker
+
+BLOCK_ELEMENTS = 1 << 22  # the largest iteration block evaluated at once
+
+
+def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None) -> None:
+  """Compute `kernel` into buffers[0]; buffers[1..] are its inputs (1-D, each buffer's dtype)."""
+  vv = kernel.var_vals(var_vals)
+  _check_buffers(kernel, buffers, vv)
+  sts: dict[ShapeTracker, ShapeTracker] = {}
+  # merged views decode far cheaper; tests check on the corpus that merging keeps every position
+  def conc(st: ShapeTracker) -> ShapeTracker: return sts[st] if st in sts else sts.setdefault(st, concrete_st(st, vv).simplify())
+  full = kernel.shape_at(kernel.full_shape, vv)
+  red = kernel.reduceop
+  axes = red.arg.axis if red is not None else ()
+  live = _live_dims(kernel.ast)
+  # SUM over a MUL of two float32/64 operands is a contraction: einsum never materialises the product
+  # space, so blocks are sized by what the operands and the output materialise
+  contract = red is not None and red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in ("float32", "float64")
+  def size(r, dims) -> int: return math.prod(r[d][1] - r[d][0] for d in dims)
+  parts = [live[red.src[0].src[0]], live[red.src[0].src[1]], [d for d in range(len(full)) if d not in axes]] if contract \
+    else [list(range(len(full)))]
+  cost = lambda r: max(size(r, dims) for dims in parts)
+  # split first the axes of the largest operand, so the others stay whole and are reused across blocks
+  whole = [(0, s) for s in full]
+  heaviest = lambda axs: sorted(axs, key=lambda d: -max((size(whole, dims) for dims in parts if d in dims), default=0))
+  leaves: dict[LazyOp, tuple] = {}  # a leaf's last value, reused while its dims' ranges stay the same
+  with np.errstate(all="ignore"), warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    for block in _blocks(whole, heaviest([a for a in range(len(full)) if a not in axes]), cost):
+      memo: dict[LazyOp, np.ndarray] = {}
+      if red is not None:
+        acc = None
+        for sub in _blocks(block, heaviest(axes), cost):
+          ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live)
+          if contract: part = _contract(ev(red.src[0].src[0]), ev(red.src[0].src[1]), sub, axes)
+          else: part = _reduce(red.arg.fn, red.dtype, np.broadcast_to(ev(red.src[0]), [hi - lo for lo, hi in sub]), axes)
+          acc = part if acc is None else _combine(red.arg.fn, acc, part)
+        memo[red] = acc.astype(red.dtype.np)
+        block = [(0, 1) if a in axes else r for a, r in enumerate(block)]
+      _store(kernel.ast, block, buffers, conc, memo, leaves, live)
+
+
+def random_buffers(kernel: KernelAST, var_vals: Optional[Mapping[str, int]] = None, seed: int = 0) -> list[np.ndarray]:
+  """Seeded random inputs (never all zeros) and a poisoned output (NaN, or the dtype's max)."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for b, n in zip(kernel.buffers, kernel.buffer_sizes(kernel.var_vals(var_vals))):
+    d = b.dtype
+    if b.buf == 0: out.append(np.full(n, np.nan if d.is_float else d.max, dtype=d.np)); continue
+    if d.is_float: x = rng.standard_normal(n, dtype=np.float32).astype(d.np)
+    elif d == bool_: x = rng.random(n) < 0.5
+    else: x = rng.integers(-64 if d.kind == "i" else 1, 64, n).astype(d.np)
+    out.append(x)
+  return out
+
+
+def _check_buffers(kernel: KernelAST, buffers: Sequence[np.ndarray], vv: Mapping[str, int]) -> None:
+  if len(buffers) != len(kernel.buffers): raise ValueError(f"kernel takes {len(kernel.buffers)} buffers, got {len(buffers)}")
+  for b, n, x in zip(kernel.buffers, kernel.buffer_sizes(vv), buffers):
+    if not isinstance(x, np.ndarray) or x.ndim != 1 or x.dtype != b.dtype.np or x.size < n:
+      raise ValueError(f"buffer {b.buf} must be a 1-D {b.dtype.name} array of at least {n} elements")
+
+
+def _blocks(ranges: list[tuple[int, int]], axes: list[int], cost) -> Iterator[list[tuple[int, int]]]:
+  """Cover `ranges` with blocks whose cost (elements materialised) is at most BLOCK_ELEMENTS where
+  possible, splitting only `axes`, outer first, each into the longest steps that fit."""
+  def go(i: int, ranges: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+    if cost(ranges) <= BLOCK_ELEMENTS or i == len(axes):
+      yield ranges
+      return
+    ax, (lo0, hi0) = axes[i], ranges[axes[i]]
+    with_len = lambda n: ranges[:ax] + [(lo0, lo0 + n)] + ranges[ax + 1:]
+    step, hi = 1, hi0 - lo0  # the longest step that fits, by bisection (cost grows with the extent)
+    while step < hi:
+      mid = (step + hi + 1) // 2
+      step, hi = (mid, hi) if cost(with_len(mid)) <= BLOCK_ELEMENTS else (step, mid - 1)
+    for lo in range(lo0, hi0, step):
+      yield from go(i + 1, ranges[:ax] + [(lo, min(hi0, lo + step))] + ranges[ax + 1:])
+  yield from go(0, list(ranges))
+
+
+def _live_dims(root: LazyOp) -> dict[LazyOp, list[int]]:
+  """The dims each node's value varies along: a leaf's nonzero strides and restricting masks of its last
+  view (the views below only re-read that position), and the union over an op's sources."""
+  out: dict[LazyOp, list[int]] = {}
+  for n in root.toposort():
+    if n.op in ("LOAD", "CONST"):
+      v = n.arg.st.views[-1]
+      out[n] = [d for d, st in enumerate(v.strides) if st != 0 or (v.mask is not None and v.mask[d] != (0, v.shape[d]))]
+    else: out[n] = sorted(set().union(*(out[s] for s in n.src)))
+  return out
+
+
+def _positions(st: ShapeTracker, block: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+  """(index, valid) of every position of the block, as arrays broadcastable to the block."""
+  nd = len(block)
+  idxs: list = [np.arange(lo, hi, dtype=np.int64).reshape([-1 if k == d else 1 for k in range(nd)]) for d, (lo, hi) in enumerate(block)]
+  valid: np.ndarray = np.ones([1] * nd, dtype=bool)
+  for level, v in enumerate(reversed(st.views)):
+    restricts = [v.mask is not None and v.mask[k] != (0, v.shape[k]) for k in range(len(v.shape))]
+    if level:  # re-read the position above as a flat index into this view's dims (only those that matter)
+      acc = [math.prod(v.shape[k + 1:]) for k in range(len(v.shape))]
+      idxs = [None if v.strides[k] == 0 and not restricts[k] else pos // acc[k] % v.shape[k] if k else pos // acc[k]
+              for k in range(len(v.shape))]
+    pos = np.full([1] * nd, v.offset, dtype=np.int64)
+    for i, s in zip(idxs, v.strides):
+      if s: pos = pos + i * s
+    for i, (lo, hi), r in zip(idxs, v.mask or (), restricts):
+      if r: valid = valid & (i >= lo) & (i < hi)
+  return pos, valid
+
+
+def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict) -> np.ndarray:
+  if n in memo: return memo[n]
+  if n.op in ("LOAD", "CONST"):
+    key = tuple(block[d] for d in live[n])
+    if n in leaves and leaves[n][0] == key: return leaves[n][1]
+  if n.op == "LOAD":
+    a: MemArg = n.arg
+    pos, valid = _positions(conc(a.st), block)
+    buf, pos = buffers[a.buf], np.where(valid, pos, 0)
+    if pos.min() < 0 or pos.max() >= buf.size:  # numpy would wrap a negative index silently
+      raise RuntimeError(f"reference: buffer {a.buf} indexed out of range; validation should have rejected this kernel")
+    out = np.where(valid, buf[pos], a.dtype.np.type(0))
+  elif n.op == "CONST":
+    c: ConstArg = n.arg
+    _, valid = _positions(conc(c.st), block)
+    out = np.where(valid, np.array(c.val, dtype=c.dtype.np), c.dtype.np.type(0))
+  else:
+    srcs = [_eval(s, block, buffers, conc, memo, leaves, live) for s in n.src]
+    out = _cast(srcs[0], n.src[0].dtype, n.arg.dtype, n.arg.bitcast) if n.op == "CAST" else _alu(n.op, n.src[-1].dtype, srcs)
+  memo[n] = out = np.asarray(out, dtype=n.dtype.np)
+  if n.op in ("LOAD", "CONST"): leaves[n] = (key, out)
+  return out
+
+
+def _store(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict) -> None:
+  val = _eval(n.src[0], block, buffers, conc, memo, leaves, live)
+  pos, valid = _positions(conc(n.arg.st), block)
+  shape = [hi - lo for lo, hi in block]
+  pos, valid, val = (np.broadcast_to(x, shape) for x in (pos, valid, val))
+  buffers[0][pos[valid]] = val[valid]
+
+
+def _alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
+  if op == "WHERE": return np.where(xs[0], xs[1], xs[2])
+  if dt == bool_:
+    return {"ADD": np.logical_or, "MAX": np.logical_or, "MUL": np.logical_and, "XOR": np.logical_xor, "NEG": np.logical_not,
+            "CMPLT": np.less, "CMPEQ": np.equal}[op](*xs)
+  if dt.is_float:
+    if dt.itemsize < 4: xs = [x.astype(np.float32) for x in xs]  # narrow floats compute in float32, round per op
+    f = {"NEG": np.negative, "EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "RECIP": np.reciprocal,
+         "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "MAX": np.maximum, "MOD": np.fmod,
+         "CMPLT": np.less, "CMPEQ": np.equal}[op]
+    out = f(*xs)
+    return out if op in ("CMPLT", "CMPEQ") else out.astype(dt.np)
+  if op in ("DIV", "MOD"):
+    a, b = xs
+    safe = np.where(b == 0, np.ones_like(b), b)
+    q = a // safe
+    if dt.kind == "i":  # floor -> truncation: step back toward zero where the signs differ and it did not divide
+      q = np.where(((a - q * safe) != 0) & ((a < 0) != (safe < 0)), q + np.ones_like(q), q)
+    out = q if op == "DIV" else a - q * safe
+    return np.where(b == 0, np.zeros_like(out), out)
+  return {"NEG": np.negative, "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "MAX": np.maximum,
+          "XOR": np.bitwise_xor, "CMPLT": np.less, "CMPEQ": np.equal}[op](*xs)
+
+
+def _cast(x: np.ndarray, src: DType, dst: DType, bitcast: bool) -> np.ndarray:
+  if bitcast: return np.ascontiguousarray(x).view(dst.np)
+  if dst == bool_: return x != 0
+  if src.is_float and dst.is_int:
+    f = np.trunc(x.astype(np.float64))
+    bits = dst.itemsize * 8 - (dst.kind == "i")
+    over, under = f >= 2.0 ** bits, f < (-(2.0 ** bits) if dst.kind == "i" else 0)
+    out = np.where(np.isnan(f) | over | under, 0, f).astype(dst.np)
+    return np.where(over, dst.np.type(dst.max), np.where(under, dst.np.type(dst.min), out))
+  return x.astype(dst.np)
+
+
+def _reduce(fn: str, dt: DType, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+  acc = dt.acc.np
+  if fn == "SUM": return np.sum(x, axis=tuple(axes), keepdims=True, dtype=acc)
+  return np.max(x.astype(acc), axis=tuple(axes), keepdims=True)
+
+def _contract(a: np.ndarray, b: np.ndarray, block, axes: Sequence[int]) -> np.ndarray:
+  """sum(a * b) over `axes` with keepdims, for a and b broadcastable to the block."""
+  ext = [hi - lo for lo, hi in block]
+  a_dims, b_dims = [d for d in range(len(ext)) if a.shape[d] > 1], [d for d in range(len(ext)) if b.shape[d] > 1]
+  out_dims = [d for d in range(len(ext)) if d not in axes and d in a_dims + b_dims]
+  r = np.einsum(a.reshape([ext[d] for d in a_dims]), a_dims, b.reshape([ext[d] for d in b_dims]), b_dims, out_dims, optimize=True)
+  r = r.reshape([ext[d] if d in out_dims else 1 for d in range(len(ext))])
+  # a reduced dim that neither operand varies along sums the same product ext[d] times
+  n = math.prod(ext[d] for d in axes if d not in a_dims + b_dims)
+  return r * r.dtype.type(n) if n > 1 else r
+
+def _combine(fn: str, a: np.ndarray, b: np.ndarray) -> np.ndarray: return a + b if fn == "SUM" else np.maximum(a, b)

@@ -1,0 +1,1 @@
+"""Search: the versioned action space, beam search, compile pool and sandboxed runner (issue: Search)."""

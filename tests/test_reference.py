@@ -1,0 +1,194 @@
+"""The reference interpreter's semantics, one documented rule per test, and its consistency checks."""
+import math
+import numpy as np
+import pytest
+from linearizer import reference
+from linearizer.ast import load, concrete_st
+from linearizer.builders import alu, cast, const, kernel, ld, red, st, matmul, reduce, conv2d
+from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8
+
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+
+
+def run(k, *inputs, var_vals=None):
+  """Run with given inputs and a poisoned output; returns the output buffer."""
+  vv = k.var_vals(var_vals)
+  out = reference.random_buffers(k, vv)[0]
+  bufs = [out] + [np.asarray(x, dtype=b.dtype.np) for x, b in zip(inputs, k.buffers[1:])]
+  reference.run(k, bufs, vv)
+  return out
+
+
+def unary(fn, x, dt_in, dt_out=None):
+  n = len(x)
+  return run(kernel(fn(ld(1, (n,), dt_in))), np.array(x, dtype=dt_in.np))
+
+
+def binary(op, a, b, dt):
+  n = len(a)
+  return run(kernel(alu(op, ld(1, (n,), dt), ld(2, (n,), dt))), a, b)
+
+
+def test_masked_load_reads_zero():
+  x = np.array([1.5, -2.0, 3.0, 4.0], dtype=np.float32)
+  out = run(kernel(ld(1, st((4,)).pad(((2, 1),)))), x)
+  np.testing.assert_array_equal(out, [0, 0, 1.5, -2.0, 3.0, 4.0, 0])
+
+
+def test_masked_const_reads_zero():
+  out = run(kernel(alu("ADD", const(7.0, st((1,)).expand((3,)).pad(((1, 1),))), ld(1, (5,)))), np.ones(5, np.float32))
+  np.testing.assert_array_equal(out, [1, 8, 8, 8, 1])
+
+
+def test_integer_div_truncates_and_mod_follows_c_with_zero_and_overflow_defined():
+  a = np.array([-7, 7, -7, 7, 5, I32_MIN, 0], dtype=np.int32)
+  b = np.array([2, -2, -2, 2, 0, -1, 3], dtype=np.int32)
+  np.testing.assert_array_equal(binary("DIV", a, b, int32), [-3, -3, 3, 3, 0, I32_MIN, 0])
+  np.testing.assert_array_equal(binary("MOD", a, b, int32), [-1, 1, -1, 1, 0, 0, 0])
+
+
+def test_unsigned_div_and_mod():
+  a, b = np.array([250, 7, 9], np.uint8), np.array([7, 0, 3], np.uint8)
+  np.testing.assert_array_equal(binary("DIV", a, b, uint8), [35, 0, 3])
+  np.testing.assert_array_equal(binary("MOD", a, b, uint8), [5, 0, 0])
+
+
+def test_integer_arithmetic_wraps():
+  a = np.array([I32_MAX, I32_MIN, 100000], dtype=np.int32)
+  np.testing.assert_array_equal(binary("ADD", a, np.array([1, -1, 100000], np.int32), int32), [I32_MIN, I32_MAX, 200000])
+  np.testing.assert_array_equal(binary("MUL", a, np.array([2, 1, 100000], np.int32), int32), [-2, I32_MIN, 1410065408])
+  np.testing.assert_array_equal(unary(lambda x: alu("NEG", x), [I32_MIN, 5], int32), [I32_MIN, -5])
+
+
+def test_float_to_int_truncates_and_saturates_nan_to_zero():
+  x = [1.9, -1.9, 1e10, -1e10, float("nan"), float("inf"), -float("inf"), 255.5, -0.5]
+  np.testing.assert_array_equal(unary(lambda v: cast(v, int32), x, float32),
+                                [1, -1, I32_MAX, I32_MIN, 0, I32_MAX, I32_MIN, 255, 0])
+  np.testing.assert_array_equal(unary(lambda v: cast(v, uint8), x, float32), [1, 0, 255, 0, 0, 255, 0, 255, 0])
+  np.testing.assert_array_equal(unary(lambda v: cast(v, DTYPES["int64"]), [1e30, -1e30, 3.7], DTYPES["float64"]),
+                                [2**63 - 1, -2**63, 3])
+
+
+def test_int_casts_wrap_and_bool_casts_test_nonzero():
+  np.testing.assert_array_equal(unary(lambda v: cast(v, uint8), [300, -1, 255], int32), [44, 255, 255])
+  np.testing.assert_array_equal(unary(lambda v: cast(v, bool_), [0.0, -0.0, 2.5, float("nan")], float32), [False, False, True, True])
+  np.testing.assert_array_equal(unary(lambda v: cast(v, float32), [True, False], bool_), [1.0, 0.0])
+
+
+def test_bitcast_reinterprets_bits():
+  np.testing.assert_array_equal(unary(lambda v: cast(v, uint8, bitcast=True), [-1, -128, 5], int8), [255, 128, 5])
+  np.testing.assert_array_equal(unary(lambda v: cast(v, int32, bitcast=True), [1.0], float32), [0x3F800000])
+
+
+def test_bool_ops_are_logical():
+  a, b = np.array([0, 0, 1, 1], bool), np.array([0, 1, 0, 1], bool)
+  np.testing.assert_array_equal(binary("ADD", a, b, bool_), [0, 1, 1, 1])
+  np.testing.assert_array_equal(binary("MAX", a, b, bool_), [0, 1, 1, 1])
+  np.testing.assert_array_equal(binary("MUL", a, b, bool_), [0, 0, 0, 1])
+  np.testing.assert_array_equal(binary("XOR", a, b, bool_), [0, 1, 1, 0])
+  np.testing.assert_array_equal(unary(lambda v: alu("NEG", v), a, bool_), [1, 1, 0, 0])
+
+
+def test_comparisons_give_bool_and_nan_compares_false():
+  a = np.array([1.0, float("nan"), 2.0], np.float32)
+  b = np.array([2.0, float("nan"), 2.0], np.float32)
+  assert binary("CMPLT", a, b, float32).dtype == np.bool_
+  np.testing.assert_array_equal(binary("CMPLT", a, b, float32), [True, False, False])
+  np.testing.assert_array_equal(binary("CMPEQ", a, b, float32), [False, False, True])
+
+
+def test_max_propagates_nan_in_alu_and_reduce():
+  a = np.array([1.0, float("nan")], np.float32)
+  assert np.isnan(binary("MAX", a, a[::-1].copy(), float32)).all()
+  out = run(kernel(red("MAX", ld(1, (4,)), [0])), np.array([1, float("nan"), 3, 2], np.float32))
+  assert np.isnan(out[0])
+
+
+def test_float16_rounds_after_every_op():
+  # 2048 + 1 is not a float16: it rounds back to 2048, so (a + b) - a is 0 (float32 would give 1)
+  out = binary("ADD", np.array([2048], np.float16), np.array([1], np.float16), float16)
+  assert out[0] == 2048
+  k = kernel(alu("SUB", alu("ADD", ld(1, (1,), float16), ld(2, (1,), float16)), ld(1, (1,), float16)))
+  assert run(k, np.array([2048], np.float16), np.array([1], np.float16))[0] == 0
+
+
+def test_float16_sum_accumulates_in_float32():
+  # accumulating 4096 ones in float16 would stall at 2048; the float32 accumulator reaches 4096
+  out = run(kernel(red("SUM", ld(1, (4096,), float16), [0])), np.ones(4096, np.float16))
+  assert out.dtype == np.float16 and out[0] == 4096
+
+
+def test_integer_sum_wraps_in_its_dtype():
+  out = run(kernel(red("SUM", ld(1, (100,), int8), [0])), np.full(100, 100, np.int8))
+  assert out[0] == np.array(100 * 100, np.int64).astype(np.int8)
+
+
+def test_masked_store_leaves_other_elements_untouched():
+  doc = {"format": "tunesvc.kernel/1", "ast": {"op": "STORE",
+         "arg": {"buf": 0, "dtype": "float32", "st": {"views": [{"shape": [4], "strides": [1], "offset": 0, "mask": [[1, 3]]}]}},
+         "src": [{"op": "LOAD", "arg": {"buf": 1, "dtype": "float32", "st": {"views": [{"shape": [4], "strides": [1], "offset": 0, "mask": None}]}}}]}}
+  out = run(load(doc), np.array([1, 2, 3, 4], np.float32))
+  assert out.size == 3 and np.isnan(out[0]) and list(out[1:3]) == [2, 3]  # sized to the highest index written
+
+
+def test_symbolic_kernel_follows_its_variable():
+  from linearizer.builders import symbolic_sum
+  k = symbolic_sum(rows=3, var=("n", 1, 16))
+  for n in (1, 7, 16):
+    x = np.random.default_rng(n).standard_normal(k.buffer_sizes({"n": n})[1]).astype(np.float32)
+    out = run(k, x, var_vals={"n": n})
+    np.testing.assert_allclose(out[:3], x[:3 * (n + 1)].reshape(3, n + 1).sum(1), rtol=1e-5)
+
+
+def test_wrong_buffers_and_variables_are_rejected():
+  k = matmul(4, 4, 4)
+  bufs = reference.random_buffers(k)
+  with pytest.raises(ValueError, match="buffers"): reference.run(k, bufs[:2])
+  with pytest.raises(ValueError, match="at least 16"): reference.run(k, [bufs[0]] + [bufs[1][:3], bufs[2]])
+  with pytest.raises(ValueError, match="float32"): reference.run(k, [bufs[0], bufs[1].astype(np.float64), bufs[2]])
+  from linearizer.builders import symbolic_sum
+  with pytest.raises(ValueError, match="outside"): reference.run(symbolic_sum(rows=2, var=("n", 1, 8)), bufs, {"n": 9})
+
+
+def test_random_buffers_are_seeded_nonzero_and_poison_the_output():
+  k = matmul(8, 8, 8)
+  a, b = reference.random_buffers(k, seed=3), reference.random_buffers(k, seed=3)
+  assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
+  assert np.isnan(a[0]).all() and all(np.count_nonzero(x) == x.size for x in a[1:])
+
+
+@pytest.mark.parametrize("k", [matmul(33, 17, 65), reduce("SUM", (64, 96), (0, 1)), reduce("MAX", (40, 50, 6), (1,)),
+                               conv2d(2, 4, 9, 9, 6, 3, 3, padding=1, stride=2), reduce("SUM", (64, 96), (0,), DTYPES["int32"])],
+                         ids=["matmul", "sum_all", "max_mid", "conv2d", "int_sum"])
+def test_result_does_not_depend_on_blocking(k, monkeypatch):
+  ref = reference.random_buffers(k, seed=1)
+  reference.run(k, ref)
+  for block in (1, 7, 500):
+    monkeypatch.setattr(reference, "BLOCK_ELEMENTS", block)
+    bufs = reference.random_buffers(k, seed=1)
+    reference.run(k, bufs)
+    np.testing.assert_allclose(bufs[0], ref[0], rtol=2e-6, atol=1e-5)
+
+
+def test_simplified_trackers_reach_the_same_positions_on_the_corpus(corpus):
+  """The reference evaluates merged views; on every tracker of the corpus, a random block of
+  positions must map identically (valid everywhere alike, the same index wherever valid)."""
+  rng = np.random.default_rng(0)
+  checked = merged = 0
+  for k in corpus:
+    vv = k.var_vals()
+    for b in k.buffers:
+      for s in b.sts:
+        if len(s.views) == 1: continue
+        c = concrete_st(s, vv)
+        simple = c.simplify()
+        merged += len(simple.views) < len(c.views)
+        shape = [int(x) for x in c.shape]
+        ext = [min(d, 3) for d in shape]
+        block = [(int(lo), int(lo) + e) for lo, e in zip((rng.integers(0, d - e + 1) for d, e in zip(shape, ext)), ext)]
+        (p1, v1), (p2, v2) = reference._positions(c, block), reference._positions(simple, block)
+        v1, v2 = np.broadcast_to(v1, [e for e in ext]), np.broadcast_to(v2, [e for e in ext])
+        np.testing.assert_array_equal(v1, v2)
+        np.testing.assert_array_equal(np.broadcast_to(p1, v1.shape)[v1], np.broadcast_to(p2, v1.shape)[v1])
+        checked += 1
+  assert checked >= 500 and merged >= 300

@@ -1,0 +1,1 @@
+"""tunesvc: the service, store, client library and CLI."""

@@ -1,0 +1,136 @@
+"""The `tunesvc` command line."""
+from __future__ import annotations
+import argparse, gzip, hashlib, json, sys, time
+from typing import Iterator, Optional
+from linearizer.ast import KernelAST, KernelValidationError, LazyOp, loads
+from linearizer.symbolic import render
+from linearizer import reference
+
+
+def read_documents(path: str) -> Iterator[tuple[str, str]]:
+  """(label, JSON text) per document: a .json file holds one, .jsonl and .jsonl.gz one per line."""
+  if path.endswith(".json"):
+    with open(path, encoding="utf-8") as f: yield path, f.read()
+    return
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "rt", encoding="utf-8") as f:
+    for i, line in enumerate(f, 1):
+      if line.strip(): yield f"{path}:{i}", line
+
+
+def _name_of(text: str, label: str) -> str:
+  try:
+    name = json.loads(text).get("name")
+    return name if isinstance(name, str) else label
+  except Exception:  # the document is broken; the label still names it
+    return label
+
+
+def cmd_check(args) -> int:
+  ok = True
+  for path in args.files:
+    for label, text in read_documents(path):
+      try:
+        k = loads(text)
+        rec = {"ok": True, "source": label, "name": k.name or label, "key": k.key}
+      except KernelValidationError as e:
+        ok = False
+        rec = {"ok": False, "source": label, "name": _name_of(text, label), "path": e.path, "message": e.message}
+      if args.json: print(json.dumps(rec))
+      elif rec["ok"]: print(f"OK {rec['key']} {rec['name']}")
+      else: print(f"ERROR {rec['name']} {rec['path']}: {rec['message']}")
+  return 0 if ok else 1
+
+
+def _load_file(path: str) -> Iterator[KernelAST]:
+  for label, text in read_documents(path):
+    try: yield loads(text)
+    except KernelValidationError as e: raise SystemExit(f"ERROR {_name_of(text, label)} {e.path}: {e.message}")
+
+
+def _fmt_shape(shape) -> str: return "(" + ", ".join(render(s) for s in shape) + ")"
+
+def _tree(n: LazyOp, depth: int, seen: dict[LazyOp, int], out: list[str]) -> None:
+  pad = "  " * depth
+  if n in seen and n.src:
+    out.append(f"{pad}{n.op} (shared, see #{seen[n]})")
+    return
+  seen.setdefault(n, len(seen) + 1)
+  a, extra = n.arg, ""
+  if n.op in ("LOAD", "STORE"): extra = f" buf{a.buf}"
+  elif n.op == "CONST": extra = f" {a.val!r}"
+  elif n.op == "CAST": extra = " bitcast" if a.bitcast else ""
+  elif n.op == "REDUCE": extra = f" {a.fn} axis={list(a.axis)}"
+  out.append(f"{pad}#{seen[n]} {n.op}{extra} {n.dtype.name} {_fmt_shape(n.shape)}")
+  if n.op in ("LOAD", "STORE", "CONST"):
+    for v in a.st.views:
+      mask = "" if v.mask is None else " mask=" + str([[render(lo), render(hi)] for lo, hi in v.mask]).replace("'", "")
+      out.append(f"{pad}    view {_fmt_shape(v.shape)} strides={_fmt_shape(v.strides)} offset={render(v.offset)}{mask}")
+  for s in n.src: _tree(s, depth + 1, seen, out)
+
+
+def cmd_show(args) -> int:
+  for k in _load_file(args.file):
+    vv = k.var_vals()
+    at = f" at {', '.join(f'{n}={x}' for n, x in vv.items())}" if vv else ""
+    print(f"kernel {k.name or '-'}  key {k.key}")
+    if k.vars: print("vars " + ", ".join(f"{v.name} in [{v.min}, {v.max}]" for v in k.vars))
+    print(f"full shape {_fmt_shape(k.full_shape)} -> output {_fmt_shape(k.output_shape)}")
+    print(f"FLOPs {k.flops(vv):,}  bytes {k.bytes(vv):,}{at}")
+    print("buffers " + ", ".join(f"buf{b.buf} {b.dtype.name}[{n:,}]" for b, n in zip(k.buffers, k.buffer_sizes(vv))))
+    lines: list[str] = []
+    _tree(k.ast, 0, {}, lines)
+    print("\n".join(lines) + "\n")
+  return 0
+
+
+def _parse_vars(items: Optional[list[str]]) -> dict[str, int]:
+  out = {}
+  for it in items or []:
+    name, sep, val = it.partition("=")
+    try: out[name] = int(val)
+    except ValueError: sep = ""
+    if not sep: raise SystemExit(f"--var expects NAME=INT, got {it!r}")
+  return out
+
+
+def cmd_run(args) -> int:
+  var_args = _parse_vars(args.var)
+  for path in args.files:
+    for k in _load_file(path):
+      try: vv = k.var_vals({**k.var_vals(), **{n: x for n, x in var_args.items() if n in {v.name for v in k.vars}}})
+      except ValueError as e: raise SystemExit(f"ERROR {k.name}: {e}")
+      kr = k.rebased()  # allocate only the window of each buffer the kernel reaches
+      bufs = reference.random_buffers(kr, vv, seed=args.seed)
+      t = time.perf_counter()
+      reference.run(kr, bufs, vv)
+      dt = time.perf_counter() - t
+      out = bufs[0]
+      at = f" ({', '.join(f'{n}={x}' for n, x in vv.items())})" if vv else ""
+      print(f"{k.name or path}{at}: checksum {hashlib.sha256(out.tobytes()).hexdigest()[:16]} "
+            f"sum {float(out.astype('float64').sum()):.6g}  reference {dt * 1e3:.1f} ms")
+  return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+  p = argparse.ArgumentParser(prog="tunesvc", description="Kernel autotuning service.")
+  sub = p.add_subparsers(dest="cmd", required=True)
+  kp = sub.add_parser("kernel", help="work with kernel documents (tunesvc.kernel/1)").add_subparsers(dest="kcmd", required=True)
+  c = kp.add_parser("check", help="validate documents: OK <key> <name> or ERROR <name> <json-path>: <message>")
+  c.add_argument("files", nargs="+", help=".json (one document), .jsonl or .jsonl.gz (one per line)")
+  c.add_argument("--json", action="store_true", help="one JSON object per document")
+  c.set_defaults(fn=cmd_check)
+  s = kp.add_parser("show", help="print the tree with shapes, dtypes, FLOPs and bytes")
+  s.add_argument("file")
+  s.set_defaults(fn=cmd_show)
+  r = kp.add_parser("run", help="run in the reference interpreter on seeded random data")
+  r.add_argument("files", nargs="+")
+  r.add_argument("--var", action="append", metavar="NAME=VALUE", help="bind a variable (default: its midpoint)")
+  r.add_argument("--seed", type=int, default=0)
+  r.set_defaults(fn=cmd_run)
+  args = p.parse_args(argv)
+  return args.fn(args)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

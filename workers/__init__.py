@@ -1,0 +1,1 @@
+"""Workers: the long-running per-device tuning process (issue: The service)."""
