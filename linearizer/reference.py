@@ -25,7 +25,7 @@ from linearizer.ast import KernelAST, LazyOp, MemArg, ConstArg, concrete_st
 from linearizer.dtypes import DType, float32, bool_
 from linearizer.shapetracker import ShapeTracker
 
-BLOCK_ELEMENTS = 1 << 22  # the largest iteration block evaluated at once
+BLOCK_ELEMENTS = 1 << 24  # the most elements one block materialises per operand (~64 MB of float32)
 
 
 def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None) -> None:
@@ -120,7 +120,10 @@ def _live_dims(root: LazyOp) -> dict[LazyOp, list[int]]:
 def _positions(st: ShapeTracker, block: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
   """(index, valid) of every position of the block, as arrays broadcastable to the block."""
   nd = len(block)
-  idxs: list = [np.arange(lo, hi, dtype=np.int64).reshape([-1 if k == d else 1 for k in range(nd)]) for d, (lo, hi) in enumerate(block)]
+  # int32 arithmetic is ~5x faster (numpy vectorises its division); use it wherever no value can overflow
+  it = np.int32 if all(abs(v.offset) + sum((s - 1) * abs(st) for s, st in zip(v.shape, v.strides)) < 2**31 and
+                       math.prod(v.shape) < 2**31 for v in st.views) else np.int64
+  idxs: list = [np.arange(lo, hi, dtype=it).reshape([-1 if k == d else 1 for k in range(nd)]) for d, (lo, hi) in enumerate(block)]
   valid: np.ndarray = np.ones([1] * nd, dtype=bool)
   for level, v in enumerate(reversed(st.views)):
     restricts = [v.mask is not None and v.mask[k] != (0, v.shape[k]) for k in range(len(v.shape))]
@@ -128,7 +131,7 @@ def _positions(st: ShapeTracker, block: Sequence[tuple[int, int]]) -> tuple[np.n
       acc = [math.prod(v.shape[k + 1:]) for k in range(len(v.shape))]
       idxs = [None if v.strides[k] == 0 and not restricts[k] else pos // acc[k] % v.shape[k] if k else pos // acc[k]
               for k in range(len(v.shape))]
-    pos = np.full([1] * nd, v.offset, dtype=np.int64)
+    pos = np.full([1] * nd, v.offset, dtype=it)
     for i, s in zip(idxs, v.strides):
       if s: pos = pos + i * s
     for i, (lo, hi), r in zip(idxs, v.mask or (), restricts):

@@ -171,8 +171,8 @@ def floordiv(x: sint, c: sint) -> sint:
   if isinstance(x, Mod) and x.c % c == 0: return mod(floordiv(x.x, c), x.c // c)
   terms, const = _linear(x)
   if isinstance(x, Sum) or terms[x] != 1:
-    # floor((c*k + y) / c) == k + floor(y / c) for integer k; |coefficients| >= c are split like mod() reduces
-    # them, so y//c and y%c stay one pair (c*(y//c) + y%c folds back to y)
+    # floor((c*k + y) / c) == k + floor(y / c) for integer k; a coefficient of size >= c goes to [0, c) as mod()
+    # reduces it, so y//c and y%c keep one remainder form (c*(y//c) + y%c folds back to y)
     whole = {a: k // c for a, k in terms.items() if abs(k) >= c}
     rest = {a: k - c * whole.get(a, 0) for a, k in terms.items() if k % c != 0}
     if whole or const // c:
@@ -321,7 +321,7 @@ def _render(x: Node, c: bool) -> str:
 
 class SymbolicParseError(ValueError): pass
 
-MAX_EXPR_LEN, MAX_EXPR_DEPTH, MAX_LITERAL = 256, 32, 2**62
+MAX_EXPR_LEN, MAX_EXPR_DEPTH, MAX_LITERAL, MAX_EXPR_TERMS = 256, 32, 2**62, 64
 
 def parse(text: str, variables: Mapping[str, Var]) -> sint:
   """Parse the format's grammar: int literals, declared names, + - * // %, unary minus, parentheses."""
@@ -360,6 +360,9 @@ def parse(text: str, variables: Mapping[str, Var]) -> sint:
     out = unary(depth)
     while peek() in ("*", "//", "%"):
       op, rhs = take(), unary(depth)
+      # a product of sums multiplies out term by term: bound it, (a+b+c+d)*(a+b+c+d)*... took minutes
+      if op == "*" and len(_linear(out)[0]) * len(_linear(rhs)[0]) > MAX_EXPR_TERMS:
+        raise SymbolicParseError(f"product expands to more than {MAX_EXPR_TERMS} terms")
       try: out = mul(out, rhs) if op == "*" else floordiv(out, rhs) if op == "//" else mod(out, rhs)
       except (ValueError, ZeroDivisionError) as e: raise SymbolicParseError(str(e)) from None
     return out

@@ -6,6 +6,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -287,6 +288,13 @@ def test_parse_keeps_declared_bounds():
   "x & 1", "x<1", "x==1", "\x00", "é", "١", "²", "start-pos", "x+(", "()", "+", "-", "x;y", "𝑥"])
 def test_parse_rejects_bad_strings_with_symbolic_parse_error(text):
   with pytest.raises(SymbolicParseError): parse(text, V3)
+
+def test_parse_rejects_products_that_multiply_out_to_many_terms_quickly():
+  text = "*".join(["(x+y+start_pos)"] * 16)  # 255 characters, 3**16 terms multiplied out
+  t0 = time.perf_counter()
+  with pytest.raises(SymbolicParseError): parse(text, V3)
+  assert time.perf_counter() - t0 < 2
+  assert parse("(x+y)*(x-y)*(x+1)", V3) is not None  # small products are fine
 
 @pytest.mark.parametrize("bad", [None, 3, b"1", ["1"]])
 def test_parse_rejects_non_strings_with_symbolic_parse_error(bad):

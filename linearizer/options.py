@@ -1,0 +1,33 @@
+"""What the linearizer needs to know about a device: a small, picklable, hashable value, never the device itself."""
+from __future__ import annotations
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LinearizerOptions:
+  device: str                                  # backend name: "CPU", "OPENCL", "CUDA", ...
+  # memory hierarchy: GPU-style local (workgroup) dims and shared memory
+  has_local: bool = True
+  has_shared: bool = True
+  # CPU-style parallelism: the kernel may split its outer loop over `threads` threads
+  has_threads: bool = False
+  # vectors: float4 loads/stores, and every width in float32 elements the ISA handles natively
+  supports_float4: bool = True
+  float_vector_widths: tuple[int, ...] = (4,)
+  # tensor-core descriptions the device offers (empty: none)
+  tensor_cores: tuple = ()
+  # launch limits: max global and local size per dimension (None: unlimited), shared bytes per workgroup
+  global_max: tuple[int, ...] | None = None
+  local_max: tuple[int, ...] | None = None
+  shared_max: int = 0
+  threads: int = 1
+
+  def to_json(self) -> dict[str, Any]: return {f.name: _lists(getattr(self, f.name)) for f in fields(self)}
+  @classmethod
+  def from_json(cls, d: dict[str, Any]) -> LinearizerOptions: return cls(**{k: _tuples(v) for k, v in d.items()})
+
+
+# JSON has lists only; the dataclass keeps tuples so that it stays hashable
+def _lists(x: Any) -> Any: return [_lists(v) for v in x] if isinstance(x, tuple) else x
+def _tuples(x: Any) -> Any: return tuple(_tuples(v) for v in x) if isinstance(x, list) else x

@@ -1,0 +1,81 @@
+"""`tunesvc kernel check | show | run`, through the real console script."""
+import gzip, json, os, subprocess, sys
+from pathlib import Path
+import pytest
+from linearizer.builders import matmul, symbolic_sum
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples" / "kernels").glob("*.json"))
+
+
+def tunesvc(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "tunesvc.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.fixture
+def files(tmp_path):
+  good = matmul(8, 8, 8, name="mm8").to_json()
+  bad = dict(good, ast={"op": "STORE"})
+  (tmp_path / "good.json").write_text(json.dumps(good, indent=2))
+  with gzip.open(tmp_path / "mixed.jsonl.gz", "wt") as f:
+    f.write(json.dumps(good) + "\n\n" + json.dumps(bad) + "\n" + "{not json\n")
+  return tmp_path
+
+
+def test_check_prints_ok_with_key_and_exits_zero_for_the_examples():
+  r = tunesvc("kernel", "check", *map(str, EXAMPLES))
+  assert r.returncode == 0, r.stderr
+  lines = r.stdout.splitlines()
+  assert len(lines) == len(EXAMPLES) >= 12
+  for line, path in zip(lines, EXAMPLES):
+    ok, key, name = line.split(" ")
+    assert ok == "OK" and len(key) == 64 and name == path.stem
+
+
+def test_check_reports_each_bad_document_with_its_path_and_exits_nonzero(files):
+  r = tunesvc("kernel", "check", str(files / "mixed.jsonl.gz"))
+  assert r.returncode == 1
+  assert r.stdout.splitlines() == [
+    f"OK {matmul(8, 8, 8).key} mm8",
+    "ERROR mm8 ast.src: STORE takes 1 sources, got 0",
+    f"ERROR {files / 'mixed.jsonl.gz'}:4 $: not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"]
+
+
+def test_check_json_output_is_one_object_per_document(files):
+  r = tunesvc("kernel", "check", "--json", str(files / "good.json"), str(files / "mixed.jsonl.gz"))
+  recs = [json.loads(line) for line in r.stdout.splitlines()]
+  assert [x["ok"] for x in recs] == [True, True, False, False]
+  assert recs[0]["key"] == matmul(8, 8, 8).key and recs[2]["path"] == "ast.src" and recs[3]["path"] == "$"
+
+
+def test_show_prints_the_tree_with_shapes_flops_and_bytes(files):
+  r = tunesvc("kernel", "show", str(files / "good.json"))
+  assert r.returncode == 0, r.stderr
+  out = r.stdout
+  # 8*8*8 MULs and as many accumulates; three 64-element float32 buffers
+  assert "FLOPs 1,024  bytes 768" in out
+  assert "REDUCE SUM axis=[2] float32 (8, 8, 1)" in out and "MUL float32 (8, 8, 8)" in out
+  assert out.count("LOAD buf") == 2 and "view (8, 8, 8) strides=(8, 0, 1) offset=0" in out
+
+
+def test_run_prints_a_reproducible_checksum(files):
+  a, b = tunesvc("kernel", "run", str(files / "good.json")), tunesvc("kernel", "run", str(files / "good.json"))
+  assert a.returncode == 0, a.stderr
+  checksum = lambda r: r.stdout.split("checksum ")[1].split()[0]
+  assert checksum(a) == checksum(b)
+  assert checksum(tunesvc("kernel", "run", "--seed", "1", str(files / "good.json"))) != checksum(a)
+
+
+def test_run_binds_variables_and_rejects_bad_bindings(tmp_path):
+  path = tmp_path / "sym.json"
+  path.write_text(json.dumps(symbolic_sum(rows=4, var=("n", 1, 64), name="sym").to_json()))
+  r = tunesvc("kernel", "run", str(path), "--var", "n=5")
+  assert r.returncode == 0 and r.stdout.startswith("sym (n=5): checksum"), r.stderr
+  assert "sym (n=32)" in tunesvc("kernel", "run", str(path)).stdout  # the midpoint by default
+  assert "outside [1, 64]" in tunesvc("kernel", "run", str(path), "--var", "n=65").stderr
+  assert "NAME=INT" in tunesvc("kernel", "run", str(path), "--var", "n").stderr
+
+
+def test_a_bad_file_for_run_or_show_names_the_problem(files):
+  r = tunesvc("kernel", "show", str(files / "mixed.jsonl.gz"))
+  assert r.returncode != 0 and "ERROR mm8 ast.src: STORE takes 1 sources, got 0" in r.stderr
