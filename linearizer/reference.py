@@ -66,13 +66,25 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
       _store(kernel.ast, block, buffers, conc, memo, leaves, live)
 
 
+# output poison: a quiet NaN with a payload no arithmetic produces, so an unwritten element is told
+# apart from a computed NaN; non-float outputs get the dtype's max
+NAN_POISON = {"float16": np.uint16(0x7E5A), "bfloat16": np.uint16(0x7FDA), "float32": np.uint32(0x7FC5DEAD),
+              "float64": np.uint64(0x7FF8DEADDEADDEAD)}
+
+def poison(d: DType, n: int) -> np.ndarray:
+  return np.full(n, NAN_POISON[d.name]).view(d.np) if d.is_float else np.full(n, d.max, dtype=d.np)
+
+def is_poison(x: np.ndarray, d: DType) -> np.ndarray:
+  return x.view(NAN_POISON[d.name].dtype) == NAN_POISON[d.name] if d.is_float else x == d.max
+
+
 def random_buffers(kernel: KernelAST, var_vals: Optional[Mapping[str, int]] = None, seed: int = 0) -> list[np.ndarray]:
-  """Seeded random inputs (never all zeros) and a poisoned output (NaN, or the dtype's max)."""
+  """Seeded random inputs (never all zeros) and a poisoned output."""
   rng = np.random.default_rng(seed)
   out = []
   for b, n in zip(kernel.buffers, kernel.buffer_sizes(kernel.var_vals(var_vals))):
     d = b.dtype
-    if b.buf == 0: out.append(np.full(n, np.nan if d.is_float else d.max, dtype=d.np)); continue
+    if b.buf == 0: out.append(poison(d, n)); continue
     if d.is_float: x = rng.standard_normal(n, dtype=np.float32).astype(d.np)
     elif d == bool_: x = rng.random(n) < 0.5
     else: x = rng.integers(-64 if d.kind == "i" else 1, 64, n).astype(d.np)

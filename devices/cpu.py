@@ -1,0 +1,138 @@
+"""The CPU backend: C compiler with an on-disk cache, ctypes program loader, aligned allocator, timer, fingerprint."""
+from __future__ import annotations
+import ctypes, functools, hashlib, json, os, platform, shutil, subprocess, tempfile, time
+from pathlib import Path
+from typing import Sequence
+import numpy as np
+import numpy.typing as npt
+from linearizer.options import LinearizerOptions
+
+# -fwrapv: signed overflow wraps (the reference semantics), so the optimiser may not assume it away.
+# -ffp-contract=off: no silent a*b+c -> fma; results stay bitwise equal to the reference's op-by-op rounding and
+#   do not depend on how a schedule happens to vectorise. -fno-math-errno: sqrt & co inline and vectorise, same values.
+# No -ffast-math: it reorders float ops and assumes NaN/inf away. -fno-strict-aliasing: vector loads cast pointers.
+# -fopenmp always: one flag set (so one fingerprint) whether or not a kernel uses threads; gcc's libgomp is here.
+DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fwrapv", "-ffp-contract=off",
+                                  "-fno-math-errno", "-fno-strict-aliasing", "-fopenmp")
+ALIGN = 64  # bytes: a cache line and one AVX-512 vector
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "neon", "asimd")
+MAX_ERR = 4096  # chars of compiler stderr kept in a CompileError
+
+
+class CompileError(RuntimeError): pass
+
+
+def cache_dir() -> Path: return Path(os.environ.get("TUNESVC_CACHE_DIR") or Path.home() / ".cache" / "tunesvc" / "compile")
+def _cc() -> str: return os.environ.get("TUNESVC_CC") or "cc"  # a name on PATH or a path, e.g. clang
+def available() -> bool: return shutil.which(_cc()) is not None
+
+
+def _run(cmd: list[str], src: str = "", timeout: float = 60.0) -> str:
+  try: r = subprocess.run(cmd, input=src.encode(), capture_output=True, timeout=timeout)
+  except subprocess.TimeoutExpired: raise CompileError(f"{cmd[0]}: timed out after {timeout}s") from None
+  if r.returncode != 0:
+    err = r.stderr.decode(errors="replace")
+    raise CompileError(f"{cmd[0]} failed ({r.returncode}):\n{err[:MAX_ERR]}" + ("\n... (truncated)" if len(err) > MAX_ERR else ""))
+  return r.stdout.decode(errors="replace")
+
+@functools.cache
+def _compiler(cc: str) -> tuple[str, str, str]:
+  """(path to invoke, resolved path, `--version` first line); invoke via the PATH name so ccache-style wrappers work."""
+  if (path := shutil.which(cc)) is None: raise CompileError(f"C compiler {cc!r} not found (set TUNESVC_CC)")
+  line = (_run([path, "--version"]).splitlines() or [""])[0]
+  return path, os.path.realpath(path), line.removeprefix(os.path.basename(path) + " ")  # gcc starts with argv[0]
+
+@functools.cache
+def _target(cc: str, flags: tuple[str, ...]) -> str:
+  """Hash of the predefined macros under `flags`: what -march=native resolved to on this host (ISA, tuning CPU)."""
+  macros = _run([_compiler(cc)[0], *flags, "-E", "-dM", "-x", "c", "/dev/null"])
+  return hashlib.sha256("\n".join(sorted(macros.splitlines())).encode()).hexdigest()[:16]
+
+def compile_c(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> bytes:
+  """C source -> shared library bytes, cached on disk; no device state, so it runs in any worker process."""
+  cc = _cc()
+  path, real, version = _compiler(cc)
+  key = hashlib.sha256(json.dumps([src, real, version, list(flags), _target(cc, flags)]).encode()).hexdigest()
+  out = cache_dir() / f"{key}.so"
+  if out.is_file(): return out.read_bytes()
+  out.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=out.parent)
+  os.close(fd)
+  try:
+    _run([path, *flags, "-x", "c", "-", "-o", tmp, "-lm"], src, timeout)
+    lib = Path(tmp).read_bytes()
+    os.replace(tmp, out)  # atomic: concurrent compiles of one key both write whole files, the last one wins
+    return lib
+  finally:
+    if os.path.exists(tmp): os.unlink(tmp)
+
+
+def _ptr(b: np.ndarray) -> ctypes.c_void_p:
+  if not b.flags.c_contiguous: raise ValueError("buffers must be C-contiguous")
+  return ctypes.c_void_p(b.ctypes.data)
+
+def _cint(v: int) -> ctypes.c_int:
+  if not isinstance(v, (int, np.integer)) or not -2**31 <= v < 2**31: raise ValueError(f"var value {v!r} is not a C int")
+  return ctypes.c_int(int(v))
+
+class CPUProgram:
+  """Entry point `void name(T0* restrict data0, T1* data1, ..., int var0, ...)` of a compiled library."""
+  def __init__(self, lib: bytes, name: str):
+    # dlopen returns an already-loaded library whose path matches, and temp names get reused: the content hash in
+    # the name makes such a match the same code. The file may go once it is mapped.
+    with tempfile.NamedTemporaryFile(prefix=hashlib.sha256(lib).hexdigest()[:16] + "-", suffix=".so") as f:
+      f.write(lib)
+      f.flush()
+      self.lib = ctypes.CDLL(f.name)
+    self.name, self.fxn = name, getattr(self.lib, name)
+    self.fxn.restype = None
+
+  def __call__(self, *bufs: np.ndarray, var_vals: Sequence[int] = (), timed: bool = False) -> float | None:
+    args = [_ptr(b) for b in bufs] + [_cint(v) for v in var_vals]  # converted before the clock starts
+    st = time.perf_counter_ns()
+    self.fxn(*args)
+    return (time.perf_counter_ns() - st) * 1e-9 if timed else None
+
+  def time(self, *bufs: np.ndarray, var_vals: Sequence[int] = ()) -> float:
+    """Seconds one call took, ctypes call overhead (~1 us) included."""
+    return self(*bufs, var_vals=var_vals, timed=True)
+
+
+def alloc(n: int, dtype: npt.DTypeLike) -> np.ndarray:
+  """A zeroed 1-D array of n elements whose data is ALIGN-byte aligned, so aligned vector loads are legal."""
+  dt = np.dtype(dtype)
+  raw = np.zeros(n * dt.itemsize + ALIGN, np.uint8)
+  off = -raw.ctypes.data % ALIGN
+  return raw[off:][:n * dt.itemsize].view(dt)  # two steps: numpy keeps an empty slice's start only this way
+
+
+@functools.cache
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+  """(model name, ISA flags) of the first CPU in /proc/cpuinfo ("Features" on ARM); empty where there is none."""
+  try: text = Path("/proc/cpuinfo").read_text()
+  except OSError: return platform.processor(), frozenset()
+  kv: dict[str, str] = {}
+  for line in text.splitlines():
+    k, _, v = line.partition(":")
+    kv.setdefault(k.strip().lower(), v.strip())
+  return kv.get("model name") or kv.get("cpu part", ""), frozenset(kv.get("flags", kv.get("features", "")).split())
+
+def _threads() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
+  """Everything that gives a timing its meaning on this host, and nothing volatile (no PIDs, no clocks)."""
+  cc = _cc()
+  _, real, version = _compiler(cc)
+  model, isa = _cpuinfo()
+  return {"backend": "CPU", "arch": platform.machine(), "cpu": model, "isa": sorted(isa & set(ISA_FLAGS)),
+          "compiler": real, "compiler_version": version, "flags": list(flags), "target": _target(cc, flags),
+          "threads": _threads()}
+
+def fingerprint_hash(fp: dict) -> str: return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()
+
+def options() -> LinearizerOptions:
+  isa = _cpuinfo()[1]
+  widths = (4, 8, 16) if "avx512f" in isa else (4, 8) if "avx" in isa else (4,)
+  return LinearizerOptions("CPU", has_local=False, has_shared=False, has_threads=True, supports_float4=True,
+                           float_vector_widths=widths, threads=_threads())

@@ -1,0 +1,111 @@
+import os, pickle
+import numpy as np
+import pytest
+from devices import cpu, registry
+from devices.cpu import CompileError, CPUProgram, alloc, compile_c
+from linearizer.options import LinearizerOptions
+
+DOUBLE = "void k(float* restrict out, const float* a, int n){ for(int i=0;i<n;i++) out[i]=a[i]*2; }"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path / "cache"))
+  return tmp_path / "cache"
+
+def prog(src: str, name: str = "k", flags=cpu.DEFAULT_FLAGS) -> CPUProgram: return CPUProgram(compile_c(src, flags), name)
+
+
+def test_compile_and_run():
+  a = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+  out = alloc(1000, np.float32)
+  assert prog(DOUBLE)(out, a, var_vals=[1000]) is None
+  np.testing.assert_array_equal(out, a * 2)
+  assert isinstance(t := prog(DOUBLE).time(out, a, var_vals=[1000]), float) and 0 < t < 1
+
+def test_cache_hit_and_keys(cache):
+  lib = compile_c(DOUBLE)
+  assert lib[:4] == b"\x7fELF" and [p.read_bytes() for p in cache.iterdir()] == [lib]  # no temp files left
+  next(cache.iterdir()).write_bytes(b"from cache")
+  assert compile_c(DOUBLE) == b"from cache"
+  compile_c(DOUBLE, cpu.DEFAULT_FLAGS[1:])   # other flags, other entry
+  compile_c(DOUBLE + "\n")                   # other source, other entry
+  assert len(list(cache.iterdir())) == 3
+
+def test_compile_error(cache):
+  with pytest.raises(CompileError, match="no_such_identifier"): compile_c("void k(float* out){ out[0] = no_such_identifier; }")
+  with pytest.raises(CompileError, match="timed out"): compile_c(DOUBLE, timeout=0.001)
+  with pytest.raises(CompileError, match="failed"): compile_c(DOUBLE, ("-shared", "--no-such-flag"))
+  assert not cache.exists() or list(cache.iterdir()) == []
+
+def test_missing_compiler(monkeypatch):
+  monkeypatch.setenv("TUNESVC_CC", "no-such-cc-tunesvc")
+  with pytest.raises(CompileError, match="not found"): compile_c(DOUBLE)
+  assert not cpu.available() and registry.available() == []
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.float32, np.float64, np.complex128])
+def test_alloc_aligned(dtype):
+  for n in (0, 1, 3, 7, 64, 1000, 4097):
+    a = alloc(n, dtype)
+    assert a.shape == (n,) and a.dtype == dtype and a.ctypes.data % 64 == 0 and a.flags.writeable and not a.any()
+
+def test_vars_and_dtypes():
+  src = """void k(double* restrict out, const int* a, const double* b, int n, int off, int scale){
+    for(int i=0;i<n;i++) out[i] = (a[i] + off) * scale + b[i]; }"""
+  rng = np.random.default_rng(1)
+  a, b, out = rng.integers(-100, 100, 50, dtype=np.int32), rng.standard_normal(50), alloc(50, np.float64)
+  prog(src)(out, a, b, var_vals=[40, -7, np.int64(3)])
+  np.testing.assert_array_equal(out[:40], (a[:40] + -7) * 3 + b[:40])
+  assert not out[40:].any()
+  for bad in (2**31, 1.5):
+    with pytest.raises(ValueError): prog(src)(out, a, b, var_vals=[40, bad, 1])
+  with pytest.raises(ValueError, match="contiguous"): prog(src)(out, a[::2].copy(), b[::2], var_vals=[1, 0, 1])
+
+def test_wrapv():
+  src = "void k(int* restrict out, int a){ out[0] = a + 1 > a; out[1] = a + 1; }"  # without -fwrapv gcc folds out[0] to 1
+  out = alloc(2, np.int32)
+  prog(src)(out, var_vals=[2**31 - 1])
+  assert out.tolist() == [0, -2**31]
+
+def test_ieee_float_semantics():
+  src = """void k(float* restrict out, int* restrict isnan, const float* a, const float* b, const float* c, int n){
+    for(int i=0;i<n;i++){ out[i] = a[i]*b[i] + c[i]; isnan[i] = a[i] != a[i]; } }"""
+  rng = np.random.default_rng(2)
+  a, b, c = (rng.standard_normal(4096).astype(np.float32) for _ in range(3))
+  a[::7] = np.nan
+  out, isnan = alloc(4096, np.float32), alloc(4096, np.int32)
+  prog(src)(out, isnan, a, b, c, var_vals=[4096])
+  np.testing.assert_array_equal(out, a * b + c)  # bitwise: no fma contraction, NaNs kept
+  np.testing.assert_array_equal(isnan, np.isnan(a))
+
+def test_openmp_parallel_loop():
+  src = """#include <omp.h>
+  void k(float* restrict out, int* restrict nthreads, const float* a, int n){
+    #pragma omp parallel for
+    for(int i=0;i<n;i++){ out[i] = a[i] + 1; if(i == 0) nthreads[0] = omp_get_num_threads(); } }"""
+  a, out, nt = np.arange(100000, dtype=np.float32), alloc(100000, np.float32), alloc(1, np.int32)
+  prog(src)(out, nt, a, var_vals=[100000])
+  np.testing.assert_array_equal(out, a + 1)
+  assert nt[0] == cpu.options().threads
+
+def test_fingerprint():
+  fp = cpu.fingerprint()
+  assert set(fp) == {"backend", "arch", "cpu", "isa", "compiler", "compiler_version", "flags", "target", "threads"}
+  assert fp["backend"] == "CPU" and fp["flags"] == list(cpu.DEFAULT_FLAGS) and os.path.isabs(fp["compiler"])
+  assert cpu.fingerprint() == fp and cpu.fingerprint_hash(cpu.fingerprint()) == cpu.fingerprint_hash(fp)
+  other = cpu.fingerprint(cpu.DEFAULT_FLAGS[:-1])
+  assert cpu.fingerprint_hash(other) != cpu.fingerprint_hash(fp)
+  print(fp, cpu.fingerprint_hash(fp))
+
+def test_options():
+  o, isa = cpu.options(), set(cpu.fingerprint()["isa"])
+  assert (o.device, o.has_local, o.has_shared, o.has_threads, o.supports_float4) == ("CPU", False, False, True, True)
+  assert o.float_vector_widths == ((4, 8, 16) if "avx512f" in isa else (4, 8) if "avx" in isa else (4,))
+  assert o.threads == len(os.sched_getaffinity(0)) == cpu.fingerprint()["threads"]
+  assert pickle.loads(pickle.dumps(o)) == o and hash(o) == hash(LinearizerOptions.from_json(o.to_json()))
+  gpu = LinearizerOptions("CUDA", global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 64), shared_max=49152)
+  assert LinearizerOptions.from_json(gpu.to_json()) == gpu and gpu.to_json()["local_max"] == [1024, 1024, 64]
+
+def test_registry():
+  assert registry.available() == ["CPU"] and registry.get("CPU") is cpu
+  with pytest.raises(ValueError, match="CPU"): registry.get("CUDA")
