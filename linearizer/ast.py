@@ -379,7 +379,7 @@ class _Loader:
       with np.errstate(over="ignore"): return float(np.array(v, dtype=np.float64).astype(dt.np).astype(np.float64))
     if isinstance(v, float) and not v.is_integer(): self.fail(path, f"{v} is not an integer for {dt.name}")
     v = int(v)
-    if not -2**63 <= v < 2**64: self.fail(path, f"integer constant outside the 64-bit range")
+    if not -2**63 <= v < 2**64: self.fail(path, "integer constant outside the 64-bit range")
     bits = dt.itemsize * 8
     v %= 2**bits  # wrap like a C cast
     return v - 2**bits if dt.kind == "i" and v >= 2**(bits - 1) else v
@@ -477,16 +477,17 @@ class _Loader:
 def _shape_str(shape: Sequence[sint]) -> str: return "(" + ", ".join(render(s) for s in shape) + ")"
 
 def _injective(v: View) -> bool:
-  """No two positions of the (single) view reach the same index: taken by increasing stride, each
-  stride steps past all that the smaller ones can span (symbolic strides included)."""
+  """No two valid positions of the (single) view reach the same index: taken by increasing stride,
+  each stride steps past all that the smaller ones can span over their masked-in extents."""
   dims = []
-  for s, st in zip(v.shape, v.strides):
-    if smax(s) <= 1: continue
+  for k, (s, st) in enumerate(zip(v.shape, v.strides)):
+    ext = s if v.mask is None else symbolic.add(v.mask[k][1], symbolic.mul(v.mask[k][0], -1))
+    if smax(ext) <= 1: continue
     if smax(st) <= 0: st = symbolic.mul(st, -1)
     if smin(st) < 0: return False  # sign unknown: nothing to prove with
-    dims.append((smin(st), smax(st), st, s))
+    dims.append((smin(st), smax(st), st, ext))
   span: sint = 0
-  for _, _, st, s in sorted(dims, key=lambda t: t[:2]):
+  for _, _, st, ext in sorted(dims, key=lambda t: t[:2]):
     if smin(symbolic.add(st, symbolic.mul(span, -1))) < 1: return False
-    span = symbolic.add(span, symbolic.mul(st, symbolic.add(s, -1)))
+    span = symbolic.add(span, symbolic.mul(st, symbolic.add(ext, -1)))
   return True

@@ -22,7 +22,7 @@ import math, warnings
 from typing import Iterator, Mapping, Optional, Sequence
 import numpy as np
 from linearizer.ast import KernelAST, LazyOp, MemArg, ConstArg, concrete_st
-from linearizer.dtypes import DType, float32, bool_
+from linearizer.dtypes import DType, bool_
 from linearizer.shapetracker import ShapeTracker
 
 BLOCK_ELEMENTS = 1 << 24  # the most elements one block materialises per operand (~64 MB of float32)
@@ -135,19 +135,22 @@ def _positions(st: ShapeTracker, block: Sequence[tuple[int, int]]) -> tuple[np.n
   # int32 arithmetic is ~5x faster (numpy vectorises its division); use it wherever no value can overflow
   it = np.int32 if all(abs(v.offset) + sum((s - 1) * abs(st) for s, st in zip(v.shape, v.strides)) < 2**31 and
                        math.prod(v.shape) < 2**31 for v in st.views) else np.int64
-  idxs: list = [np.arange(lo, hi, dtype=it).reshape([-1 if k == d else 1 for k in range(nd)]) for d, (lo, hi) in enumerate(block)]
-  valid: np.ndarray = np.ones([1] * nd, dtype=bool)
-  for level, v in enumerate(reversed(st.views)):
-    restricts = [v.mask is not None and v.mask[k] != (0, v.shape[k]) for k in range(len(v.shape))]
-    if level:  # re-read the position above as a flat index into this view's dims (only those that matter)
-      acc = [math.prod(v.shape[k + 1:]) for k in range(len(v.shape))]
-      idxs = [None if v.strides[k] == 0 and not restricts[k] else pos // acc[k] % v.shape[k] if k else pos // acc[k]
-              for k in range(len(v.shape))]
-    pos = np.full([1] * nd, v.offset, dtype=it)
-    for i, s in zip(idxs, v.strides):
-      if s: pos = pos + i * s
-    for i, (lo, hi), r in zip(idxs, v.mask or (), restricts):
-      if r: valid = valid & (i >= lo) & (i < hi)
+  idxs = [np.arange(lo, hi, dtype=it).reshape([-1 if k == d else 1 for k in range(nd)]) for d, (lo, hi) in enumerate(block)]
+  pos, valid = _through_view(st.views[-1], idxs, np.ones([1] * nd, dtype=bool), it)
+  for v in reversed(st.views[:-1]):  # re-read the position as a flat index into the dims below (those that matter)
+    acc = [math.prod(v.shape[k + 1:]) for k in range(len(v.shape))]
+    idxs = [None if v.strides[k] == 0 and not _restricts(v, k) else pos // acc[k] % v.shape[k] if k else pos // acc[k]
+            for k in range(len(v.shape))]
+    pos, valid = _through_view(v, idxs, valid, it)
+  return pos, valid
+
+def _restricts(v, k: int) -> bool: return v.mask is not None and v.mask[k] != (0, v.shape[k])
+
+def _through_view(v, idxs: list, valid: np.ndarray, it) -> tuple[np.ndarray, np.ndarray]:
+  pos = np.full([1] * valid.ndim, v.offset, dtype=it)
+  for k, (i, s) in enumerate(zip(idxs, v.strides)):
+    if s: pos = pos + i * s
+    if _restricts(v, k): valid = valid & (i >= v.mask[k][0]) & (i < v.mask[k][1])
   return pos, valid
 
 
@@ -169,7 +172,7 @@ def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict)
     out = np.where(valid, np.array(c.val, dtype=c.dtype.np), c.dtype.np.type(0))
   else:
     srcs = [_eval(s, block, buffers, conc, memo, leaves, live) for s in n.src]
-    out = _cast(srcs[0], n.src[0].dtype, n.arg.dtype, n.arg.bitcast) if n.op == "CAST" else _alu(n.op, n.src[-1].dtype, srcs)
+    out = cast(srcs[0], n.src[0].dtype, n.arg.dtype, n.arg.bitcast) if n.op == "CAST" else alu(n.op, n.src[-1].dtype, srcs)
   memo[n] = out = np.asarray(out, dtype=n.dtype.np)
   if n.op in ("LOAD", "CONST"): leaves[n] = (key, out)
   return out
@@ -183,7 +186,7 @@ def _store(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict
   buffers[0][pos[valid]] = val[valid]
 
 
-def _alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
+def alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
   if op == "WHERE": return np.where(xs[0], xs[1], xs[2])
   if dt == bool_:
     return {"ADD": np.logical_or, "MAX": np.logical_or, "MUL": np.logical_and, "XOR": np.logical_xor, "NEG": np.logical_not,
@@ -207,7 +210,7 @@ def _alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
           "XOR": np.bitwise_xor, "CMPLT": np.less, "CMPEQ": np.equal}[op](*xs)
 
 
-def _cast(x: np.ndarray, src: DType, dst: DType, bitcast: bool) -> np.ndarray:
+def cast(x: np.ndarray, src: DType, dst: DType, bitcast: bool) -> np.ndarray:
   if bitcast: return np.ascontiguousarray(x).view(dst.np)
   if dst == bool_: return x != 0
   if src.is_float and dst.is_int:

@@ -167,6 +167,32 @@ def merge_views(lower: View, upper: View) -> Optional[View]:
   return None if aff is None or mask is None else View.create(upper.shape, aff[0], aff[1], mask)
 
 
+def _reshape_view(v: View, shape: tuple[sint, ...]) -> Optional[View]:
+  """The reshapes that need no proof, done on the view itself (symbolic dims included): inserting or
+  removing size-1 dims, splitting one dim, merging two adjacent ones. None for anything else."""
+  def full(k: int) -> bool: return v.mask is None or v.mask[k] == (0, v.shape[k])
+  old = [k for k, d in enumerate(v.shape) if d != 1]
+  new = [k for k, d in enumerate(shape) if d != 1]
+  if any(not full(k) for k in range(len(v.shape)) if v.shape[k] == 1): return None  # an empty size-1 dim empties the view
+  olds, news = [v.shape[k] for k in old], [shape[k] for k in new]
+  def build(strides: list[sint], mask: list[tuple[sint, sint]]) -> View:  # place the non-1 dims, 1s between
+    st, mk, it = [0] * len(shape), [(0, 1)] * len(shape), iter(zip(strides, mask))
+    for k in new: st[k], mk[k] = next(it)
+    return View.create(shape, st, v.offset, None if v.mask is None else mk)
+  strides, mask = [v.strides[k] for k in old], [(0, v.shape[k]) if v.mask is None else v.mask[k] for k in old]
+  if olds == news: return build(strides, mask)
+  for i in range(len(olds)):
+    if olds[:i] != news[:i]: break
+    if len(news) == len(olds) + 1 and olds[i + 1:] == news[i + 2:] and isinstance(olds[i], int) and full(old[i]) \
+       and isinstance(news[i], int) and news[i] * news[i + 1] == olds[i]:  # split dim i
+      return build(strides[:i] + [mul(strides[i], news[i + 1]), strides[i]] + strides[i + 1:],
+                   mask[:i] + [(0, news[i]), (0, news[i + 1])] + mask[i + 1:])
+    if len(news) == len(olds) - 1 and olds[i + 2:] == news[i + 1:] and all(isinstance(x, int) for x in olds[i:i + 2]) \
+       and full(old[i]) and full(old[i + 1]) and olds[i] * olds[i + 1] == news[i] and strides[i] == mul(strides[i + 1], olds[i + 1]):
+      return build(strides[:i] + [strides[i + 1]] + strides[i + 2:], mask[:i] + [(0, news[i])] + mask[i + 2:])  # merge i, i+1
+  return None
+
+
 @dataclass(frozen=True)
 class ShapeTracker:
   views: tuple[View, ...]
@@ -204,6 +230,7 @@ class ShapeTracker:
     assert all(smin(s) >= 1 for s in shape), f"reshape to non-positive dims {shape}"
     assert all(isinstance(s, int) for s in shape + self.shape) and math.prod(shape) == math.prod(self.shape) \
       or prod(shape) == prod(self.shape), f"cannot reshape {self.shape} to {shape}"
+    if (direct := _reshape_view(self.views[-1], shape)) is not None: return self._on_last(direct)
     return ShapeTracker(self.views + (View.create(shape),)).simplify()
 
   # what the linearizer asks

@@ -6,7 +6,7 @@ settings.register_profile("ci", max_examples=500, deadline=None)
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-import gzip, json
+import gzip
 from pathlib import Path
 import pytest
 

@@ -2,7 +2,6 @@
 trip, what the key depends on (and what it must not), the buffer-window proof and the shared corpus."""
 from __future__ import annotations
 import copy, gzip, itertools, json, math
-from pathlib import Path
 import numpy as np
 import pytest
 from linearizer.ast import DTYPES, ARITY, FORMAT, KernelValidationError, load, loads

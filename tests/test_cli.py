@@ -1,5 +1,5 @@
 """`tunesvc kernel check | show | run`, through the real console script."""
-import gzip, json, os, subprocess, sys
+import gzip, json, subprocess, sys
 from pathlib import Path
 import pytest
 from linearizer.builders import matmul, symbolic_sum

@@ -1,5 +1,4 @@
 """The reference interpreter's semantics, one documented rule per test, and its consistency checks."""
-import math
 import numpy as np
 import pytest
 from linearizer import reference

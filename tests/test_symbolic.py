@@ -21,28 +21,17 @@ NAMES = "abc"
 
 # ---- expression trees: ("const", k) ("var", name) ("add"|"sub"|"mul", l, r) ("neg", t) ("mulc"|"div"|"mod", t, k)
 
-def build(t, V):
-  """The tree built with the symbolic operators (ints stay Python ints)."""
+def fold(t, leaves):
+  """The tree with each variable taken from `leaves`: symbolic Vars build the simplified expression,
+  Python ints or numpy arrays evaluate it directly (floor // and %, like Python)."""
   op = t[0]
   if op == "const": return t[1]
-  if op == "var": return V[t[1]]
-  if op == "neg": return -build(t[1], V)
+  if op == "var": return leaves[t[1]]
+  if op == "neg": return -fold(t[1], leaves)
   if op in ("add", "sub", "mul"):
-    l, r = build(t[1], V), build(t[2], V)
+    l, r = fold(t[1], leaves), fold(t[2], leaves)
     return l + r if op == "add" else l - r if op == "sub" else l * r
-  x = build(t[1], V)
-  return x * t[2] if op == "mulc" else x // t[2] if op == "div" else x % t[2]
-
-def direct(t, env):
-  """The tree evaluated with plain Python / numpy integer ops (floor // and %, like Python)."""
-  op = t[0]
-  if op == "const": return t[1]
-  if op == "var": return env[t[1]]
-  if op == "neg": return -direct(t[1], env)
-  if op in ("add", "sub", "mul"):
-    l, r = direct(t[1], env), direct(t[2], env)
-    return l + r if op == "add" else l - r if op == "sub" else l * r
-  x = direct(t[1], env)
+  x = fold(t[1], leaves)
   return x * t[2] if op == "mulc" else x // t[2] if op == "div" else x % t[2]
 
 def magnitude(t, bounds):
@@ -121,7 +110,7 @@ def declare(bounds): return {n: Var(n, lo, hi) for n, (lo, hi) in bounds.items()
 
 def expected_values(t, env):
   n = len(next(iter(env.values())))
-  return np.broadcast_to(np.asarray(direct(t, env)), (n,))
+  return np.broadcast_to(np.asarray(fold(t, env)), (n,))
 
 
 # ---- arithmetic
@@ -129,19 +118,19 @@ def expected_values(t, env):
 @given(cases(), st.randoms(use_true_random=False))
 def test_simplified_expression_evaluates_like_python_ints_and_stays_in_bounds(case, rnd):
   bounds, t, env = case
-  x, want = build(t, declare(bounds)), expected_values(t, env)
+  x, want = fold(t, declare(bounds)), expected_values(t, env)
   assert np.array_equal(values(x, env), want)
   assert_bounds_contain(x, env)
   if not tree_vars(t): assert isinstance(x, int)
   # scalar Python ints too (evaluate must not depend on numpy's semantics)
   for _ in range(3):
     point = {n: rnd.randint(lo, hi) for n, (lo, hi) in bounds.items()}
-    assert evaluate(x, point) == direct(t, point)
+    assert evaluate(x, point) == fold(t, point)
 
 @given(cases(), st.data())
 def test_substitute_partial_full_and_narrowed_agree_with_direct_evaluation(case, data):
   bounds, t, env = case
-  x, want = build(t, declare(bounds)), expected_values(t, env)
+  x, want = fold(t, declare(bounds)), expected_values(t, env)
   name = data.draw(st.sampled_from(sorted(bounds)))
   lo, hi = bounds[name]
   # partial: one variable becomes an int, the others stay symbolic
@@ -166,7 +155,7 @@ def test_substitute_partial_full_and_narrowed_agree_with_direct_evaluation(case,
 def test_parse_of_render_gives_back_the_same_expression(case):
   bounds, t, env = case
   V = declare(bounds)
-  x = build(t, V)
+  x = fold(t, V)
   text = render(x)
   if len(text) > symbolic.MAX_EXPR_LEN: return  # too long for the parser, checked by the parser tests
   y = parse(text, V)
@@ -179,10 +168,10 @@ def test_parse_of_render_gives_back_the_same_expression(case):
 def test_comparisons_and_conjunctions_evaluate_like_python_booleans(case, c1, c2, data):
   bounds, t, env = case
   V = declare(bounds)
-  x, want = build(t, V), expected_values(t, env)
+  x, want = fold(t, V), expected_values(t, env)
   # a second expression over (a subset of) the same variables
   t2 = data.draw(trees(sorted(bounds)))
-  y, want2 = build(t2, V), expected_values(t2, env)
+  y, want2 = fold(t2, V), expected_values(t2, env)
   checks = {
     "x<c1": (lt(x, c1), want < c1), "x>=c1": (ge(x, c1), want >= c1), "x<y": (lt(x, y), want < want2),
     "x>=y": (ge(x, y), want >= want2), "x<c1&x<c2": (land(lt(x, c1), lt(x, c2)), (want < c1) & (want < c2)),
@@ -236,7 +225,7 @@ def test_c_rendering_matches_python_floor_semantics_for_negative_numerators():
   exprs = []
   while len(exprs) < n_expr:
     t = rand_tree(rng, NAMES, rng.randint(2, 8))
-    x = build(t, V)
+    x = fold(t, V)
     if isinstance(x, int) or magnitude(t, bounds) > 2**40: continue
     exprs.append((t, x))
   envs = [{n: rng.randint(lo, hi) for n, (lo, hi) in bounds.items()} for _ in range(n_env)]
@@ -252,7 +241,7 @@ def test_c_rendering_matches_python_floor_semantics_for_negative_numerators():
   got = iter(int(v) for v in out)
   for env in envs:
     for (t, x), ce in zip(exprs, cexprs):
-      assert next(got) == direct(t, env), f"C {ce} at {env}"
+      assert next(got) == fold(t, env), f"C {ce} at {env}"
 
 
 # ---- parser

@@ -1,0 +1,246 @@
+"""The Kernel: a validated AST laid out over axes, and the optimisation ops that reshape that layout.
+
+Every leaf (each distinct LOAD and CONST view) and the STORE keep a shape tracker over the same
+axes. The axes are ordered, left to right:
+
+  thread | global | local | grouped reduce (local) | reduce | upcast (unrolled reduce and upcast)
+
+An opt splits an axis and moves the new part into one of those regions; it never changes what the
+kernel computes. An opt that is illegal here raises OptError and leaves the kernel as it was.
+"""
+from __future__ import annotations
+import copy, math
+from dataclasses import dataclass
+from typing import Optional
+import numpy as np
+from linearizer.ast import KernelAST, LazyOp, ReduceArg, load
+from linearizer.reference import alu, cast
+from linearizer.options import LinearizerOptions
+from linearizer.shapetracker import ShapeTracker
+from linearizer.symbolic import Node, sint
+
+OPTOPS = ("LOCAL", "GROUP", "GROUPTOP", "UPCAST", "UPCASTMID", "UNROLL", "NOLOCALS", "PADTO", "TC", "THREAD")
+MAX_UPCAST = 256       # elements one thread computes: beyond this the code explodes and registers spill
+MAX_AMT = 256
+
+
+class OptError(ValueError): pass
+
+
+@dataclass(frozen=True)
+class Opt:
+  op: str
+  axis: Optional[int] = None
+  amt: Optional[int] = None
+
+  def to_json(self) -> dict: return {"op": self.op, "axis": self.axis, "amt": self.amt}
+  @staticmethod
+  def from_json(d) -> Opt:
+    if not isinstance(d, dict) or set(d) - {"op", "axis", "amt"} or d.get("op") not in OPTOPS:
+      raise OptError(f"not an opt: {str(d)[:80]}")
+    for f in ("axis", "amt"):
+      if d.get(f) is not None and (not isinstance(d[f], int) or isinstance(d[f], bool)): raise OptError(f"opt {f} must be an int or null")
+    return Opt(d["op"], d.get("axis"), d.get("amt"))
+
+
+def check(cond: bool, msg: str) -> None:
+  if not cond: raise OptError(msg)
+
+
+class Kernel:
+  def __init__(self, ast: KernelAST, options: LinearizerOptions):
+    self.ast, self.options = ast, options
+    self.reduceop: Optional[LazyOp] = ast.reduceop
+    # one tracker per distinct leaf view (LOAD or CONST argument), the STORE's first
+    self.leaves: list = [ast.ast.arg] + list(dict.fromkeys(n.arg for n in ast.nodes if n.op in ("LOAD", "CONST")))
+    self.sts: list[ShapeTracker] = [a.st for a in self.leaves]
+    self.applied_opts: list[Opt] = []
+    self.thread_dims = self.local_dims = self.group_for_reduces = self.upcasted = 0
+    self.upcast_in_mid_reduce: list[int] = []
+    self.dont_use_locals = False
+    self.tensor_core = None
+    self._initial_layout()
+
+  # ---- the layout
+  @property
+  def shape_len(self) -> int: return len(self.sts[0].shape)
+  @property
+  def full_shape(self) -> tuple[sint, ...]:
+    return tuple(next((st.shape[i] for st in self.sts if st.shape[i] != 1), 1) for i in range(self.shape_len))
+  @property
+  def output_shape(self) -> tuple[sint, ...]: return self.sts[0].shape
+  @property
+  def first_reduce(self) -> int:
+    """The first reduce axis (the output has 1 where the full shape does not), before the upcasts."""
+    out, full = self.output_shape, self.full_shape
+    return next((i for i in range(self.shape_len - self.upcasted) if out[i] != full[i]), self.shape_len - self.upcasted)
+  @property
+  def global_dims(self) -> int: return self.first_reduce - self.local_dims - self.thread_dims
+  @property
+  def upcast_shape(self) -> tuple[sint, ...]: return self.full_shape[self.shape_len - self.upcasted:]
+  def is_reduce_axis(self, i: int) -> bool: return self.output_shape[i] != self.full_shape[i]
+
+  def _initial_layout(self) -> None:
+    """Reduce axes last, size-1 axes dropped, adjacent axes merged wherever every tracker allows."""
+    axes = self.reduceop.arg.axis if self.reduceop is not None else ()
+    n = len(self.full_shape)
+    self.sts = [st.permute([i for i in range(n) if i not in axes] + list(axes)) for st in self.sts]
+    self._reshape_all(lambda shape: [s for s, f in zip(shape, self.full_shape) if f != 1])
+    i = 0
+    while i + 1 < self.shape_len:
+      if self.is_reduce_axis(i) == self.is_reduce_axis(i + 1) and (merged := self._merged(i)) is not None: self.sts = merged
+      else: i += 1
+
+  def _merged(self, i: int) -> Optional[list[ShapeTracker]]:
+    """The trackers with axes i and i+1 merged, if every one of them stays the same number of views."""
+    out = []
+    for st in self.sts:
+      shape = list(st.shape)
+      if any(isinstance(s, Node) for s in shape[i:i + 2]): return None
+      new = st.reshape(shape[:i] + [shape[i] * shape[i + 1]] + shape[i + 2:])
+      if len(new.views) > len(st.views): return None
+      out.append(new)
+    return out
+
+  def _reshape_all(self, new_shape) -> None: self.sts = [st.reshape(new_shape(st.shape)) for st in self.sts]
+
+  def shift_to(self, axis: int, amount: int, top: bool = False, insert_before: Optional[int] = None) -> None:
+    """Split `axis` into (rest, amount) -- (amount, rest) if `top` -- and move the `amount` part before
+    `insert_before` (default: to the end)."""
+    if insert_before is None: insert_before = self.shape_len
+    move_axis = axis if top else axis + 1
+    if move_axis < insert_before: insert_before += 1
+    def split(shape):
+      s = shape[axis]
+      parts = (1, 1) if s == 1 else (amount, s // amount) if top else (s // amount, amount)
+      return list(shape[:axis]) + list(parts) + list(shape[axis + 1:])
+    self._reshape_all(split)
+    order = [i for i in range(self.shape_len) if i != move_axis]
+    order.insert(insert_before - (insert_before > move_axis), move_axis)
+    self.sts = [st.permute(order) for st in self.sts]
+
+  # ---- opts
+  def copy(self) -> Kernel:
+    k = copy.copy(self)
+    k.sts, k.applied_opts, k.upcast_in_mid_reduce = list(self.sts), list(self.applied_opts), list(self.upcast_in_mid_reduce)
+    return k
+
+  def apply_opt(self, opt: Opt) -> None:
+    """Apply one opt, or raise OptError with the reason and leave the kernel unchanged."""
+    k = self.copy()
+    k._apply(opt)
+    self.__dict__.update(k.__dict__)
+
+  def apply_opts(self, opts) -> Kernel:
+    for o in opts: self.apply_opt(o if isinstance(o, Opt) else Opt.from_json(o))
+    return self
+
+  def _apply(self, opt: Opt) -> None:
+    o = self.options
+    check(opt.op in OPTOPS, f"unknown opt {opt.op}")
+    if opt.op == "NOLOCALS":
+      check(o.has_local, "NOLOCALS needs a device with local dims")
+      check(self.local_dims == 0 and self.group_for_reduces == 0 and not self.dont_use_locals, "NOLOCALS after locals were used")
+      self.dont_use_locals = True
+      self.applied_opts.append(opt)
+      return
+    if opt.op == "TC": raise OptError("no tensor cores on this device" if not o.tensor_cores else "tensor cores are not implemented yet")
+    check(isinstance(opt.axis, int) and opt.axis >= 0, f"{opt.op} needs an axis >= 0")
+    axis = opt.axis + (self.first_reduce if opt.op == "UNROLL" else
+                       self.first_reduce + self.group_for_reduces if opt.op in ("GROUP", "GROUPTOP") else 0)
+    check(axis < self.shape_len, f"{opt.op} axis {opt.axis} is past the {self.shape_len} axes")
+    size = self.full_shape[axis]
+    check(isinstance(size, int), f"axis {axis} has a symbolic size")
+    amt = size if opt.amt == 0 else opt.amt
+    check(isinstance(amt, int) and 1 < amt <= MAX_AMT, f"{opt.op} amount must be in [2, {MAX_AMT}], got {opt.amt}")
+    reduce_range = (self.first_reduce + self.group_for_reduces, self.shape_len - self.upcasted)
+    if opt.op != "PADTO": check(size % amt == 0, f"{opt.op} {amt} does not divide axis {axis} of size {size}")
+
+    if opt.op == "UPCAST":
+      check(self.thread_dims <= axis < self.first_reduce, "UPCAST is for a global or local axis")
+      check(math.prod(self.upcast_shape) * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
+      self.shift_to(axis, amt)
+      self.upcasted += 1
+    elif opt.op == "UNROLL":
+      check(reduce_range[0] <= axis < reduce_range[1], "UNROLL is for a reduce axis")
+      check(math.prod(self.upcast_shape) * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
+      self.shift_to(axis, amt)
+      self.upcasted += 1
+    elif opt.op == "THREAD":
+      check(o.has_threads, "this device has no threads")
+      check(self.thread_dims == 0, "only one THREAD split")
+      check(axis < self.first_reduce - self.local_dims, "THREAD splits a global axis")
+      self.shift_to(axis, amt, top=True, insert_before=0)  # each thread takes one contiguous part
+      self.thread_dims = 1
+    elif opt.op == "LOCAL":
+      check(o.has_local and not self.dont_use_locals, "this kernel uses no local dims")
+      check(self.thread_dims <= axis < self.first_reduce - self.local_dims, "LOCAL is for a global axis")
+      self._check_local_size(amt)
+      self.shift_to(axis, amt, insert_before=self.first_reduce)
+      self.local_dims += 1
+    elif opt.op in ("GROUP", "GROUPTOP"):
+      check(o.has_local and o.has_shared and not self.dont_use_locals, "grouping needs local dims and shared memory")
+      check(reduce_range[0] <= axis < reduce_range[1], f"{opt.op} is for a reduce axis")
+      self._check_local_size(amt)
+      check(self._shared_bytes(amt) <= o.shared_max, f"grouping would need more than {o.shared_max} bytes of shared memory")
+      self.shift_to(axis, amt, top=opt.op == "GROUPTOP", insert_before=self.first_reduce + self.group_for_reduces)
+      self.group_for_reduces += 1
+    elif opt.op == "UPCASTMID":
+      check(o.has_local and self.group_for_reduces > 0, "UPCASTMID upcasts inside a grouped reduce")
+      check(self.first_reduce <= axis < self.first_reduce + self.group_for_reduces, "UPCASTMID is for a grouped axis")
+      self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
+      self.group_for_reduces += 1
+      self.upcast_in_mid_reduce.append(self.first_reduce + self.group_for_reduces - 1)
+    elif opt.op == "PADTO":
+      check(axis < self.shape_len - self.upcasted, "PADTO is not for an upcast axis")
+      padded = -(-size // amt) * amt
+      check(padded != size, f"axis {axis} of size {size} is already a multiple of {amt}")
+      check(padded <= 2 * size, f"padding {size} to {padded} more than doubles the work")
+      if self.is_reduce_axis(axis): check(self._pad_reduce_is_exact(), "padding this reduce would change its result")
+      self.sts = [st.pad([(0, padded - size) if i == axis and s == size else (0, 0) for i, s in enumerate(st.shape)]) for st in self.sts]
+    self.applied_opts.append(opt)
+
+  def _check_local_size(self, amt: int) -> None:
+    lo = self.first_reduce - self.local_dims
+    size = math.prod(self.full_shape[lo:self.first_reduce + self.group_for_reduces]) * amt
+    lmax = math.prod(self.options.local_max) if self.options.local_max else 1024
+    check(size <= lmax, f"local size {size} exceeds {lmax}")
+
+  def _shared_bytes(self, amt: int) -> int:
+    return math.prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]) * amt * \
+      math.prod(self.upcast_shape) * self.reduceop.dtype.acc.itemsize
+
+  def _pad_reduce_is_exact(self) -> bool:
+    """Padded positions read 0: a SUM stays exact when its source, by the reference semantics, is 0
+    wherever every leaf is 0."""
+    if self.reduceop.arg.fn != "SUM": return False
+    vals: dict[LazyOp, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+      for n in self.reduceop.src[0].toposort():
+        if n.op in ("LOAD", "CONST"): vals[n] = np.zeros(1, dtype=n.dtype.np)
+        elif n.op == "CAST": vals[n] = np.asarray(cast(vals[n.src[0]], n.src[0].dtype, n.arg.dtype, n.arg.bitcast))
+        else: vals[n] = np.asarray(alu(n.op, n.src[-1].dtype, [vals[s] for s in n.src]))
+    return bool(vals[self.reduceop.src[0]][0] == 0)
+
+  def to_ast(self) -> KernelAST:
+    """The kernel over its current axes as a document: the same computation, so the reference
+    interpreter checks that opts kept the meaning, independently of any code generator."""
+    st_of = dict(zip(self.leaves, self.sts))
+    axes = tuple(i for i in range(self.shape_len) if self.is_reduce_axis(i))
+    def rebuild(n: LazyOp) -> LazyOp:
+      src = tuple(rebuild(s) for s in n.src)
+      a = n.arg
+      if n.op in ("LOAD", "CONST", "STORE"): a = type(a)(*(st_of[a] if f == "st" else getattr(a, f) for f in a.__dataclass_fields__))
+      elif n.op == "REDUCE": a = ReduceArg(a.fn, axes)
+      return LazyOp(n.op, src, a)
+    return load(KernelAST(rebuild(self.ast.ast), self.ast.vars, self.ast.name).to_json())
+
+  # ---- transport: a kernel pickles as its AST, options and opts, and is rebuilt by replaying them
+  def __reduce__(self): return (_rebuild, (self.ast.to_json(), self.options, tuple(self.applied_opts)))
+
+  def __repr__(self) -> str:
+    return f"<Kernel {self.ast.name} shape={self.full_shape} first_reduce={self.first_reduce} upcasted={self.upcasted} opts={self.applied_opts}>"
+
+
+def _rebuild(doc: dict, options: LinearizerOptions, opts: tuple[Opt, ...]) -> Kernel:
+  return Kernel(load(doc), options).apply_opts(opts)

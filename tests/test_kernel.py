@@ -1,0 +1,135 @@
+"""The Kernel's axis layout and opts. An opt only re-lays the iteration space, so the kernel rebuilt
+over its new axes (`to_ast`) must compute, by the reference interpreter, what the original computes."""
+import math, pickle, random
+import numpy as np
+import pytest
+from linearizer import reference
+from linearizer.ast import KernelValidationError
+from linearizer.builders import alu, conv2d, kernel, ld, matmul, red, reduce, symbolic_sum
+from linearizer.kernel import OPTOPS, Kernel, Opt, OptError
+from linearizer.options import LinearizerOptions
+
+CPU = LinearizerOptions("CPU", has_local=False, has_shared=False, has_threads=True, float_vector_widths=(4, 8, 16), threads=2)
+GPU = LinearizerOptions("GPU", has_local=True, has_shared=True, shared_max=49152, local_max=(1024, 1024, 64))
+
+
+def same_result(k: Kernel, var_vals=None) -> None:
+  orig, moved = k.ast.rebased(), k.to_ast().rebased()
+  vv = orig.var_vals(var_vals)
+  a, b = reference.random_buffers(orig, vv, seed=2), reference.random_buffers(moved, vv, seed=2)
+  assert [x.size for x in a] == [x.size for x in b]
+  for x, y in zip(a[1:], b[1:]): np.testing.assert_array_equal(x, y)
+  reference.run(orig, a, vv)
+  reference.run(moved, b, vv)
+  np.testing.assert_allclose(b[0].astype(np.float64), a[0].astype(np.float64), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_layout_puts_reduce_axes_last_drops_ones_and_merges_contiguous_axes():
+  k = Kernel(matmul(16, 8, 32), CPU)
+  assert k.full_shape == (16, 8, 32) and k.output_shape == (16, 8, 1) and k.first_reduce == 2
+  assert Kernel(reduce("SUM", (64, 32), (0, 1)), CPU).full_shape == (2048,)  # contiguous: one axis
+  k = Kernel(reduce("SUM", (4, 5, 6), (0,)), CPU)  # the reduce axis moves last; the others merge
+  assert k.full_shape == (30, 4) and k.first_reduce == 1
+  k = Kernel(conv2d(2, 4, 9, 9, 6, 3, 3, padding=1), CPU)
+  assert k.first_reduce < k.shape_len and math.prod(k.full_shape) == 2 * 6 * 9 * 9 * 4 * 3 * 3
+  same_result(k)
+
+
+def test_layout_keeps_symbolic_axes():
+  k = Kernel(symbolic_sum(rows=4, var=("n", 1, 64)), CPU)
+  assert k.first_reduce == 1 and str(k.full_shape[1]) == "<(n+1) [2,65]>"
+  with pytest.raises(OptError, match="symbolic"): k.apply_opt(Opt("UNROLL", 0, 4))
+  k.apply_opt(Opt("UPCAST", 0, 4))
+  same_result(k, {"n": 9})
+
+
+LEGAL_CPU = [("UPCAST", 0, 4), ("UPCAST", 1, 0), ("UNROLL", 0, 8), ("UNROLL", 0, 0), ("THREAD", 0, 2), ("PADTO", 0, 5),
+             ("PADTO", 2, 5)]
+
+@pytest.mark.parametrize("op,axis,amt", LEGAL_CPU, ids=[f"{o}{a}_{m}" for o, a, m in LEGAL_CPU])
+def test_each_legal_cpu_opt_keeps_the_meaning(op, axis, amt):
+  k = Kernel(matmul(12, 8, 16), CPU)
+  k.apply_opt(Opt(op, axis, amt))
+  assert k.applied_opts == [Opt(op, axis, amt)]
+  same_result(k)
+
+
+LEGAL_GPU = [[("LOCAL", 0, 4)], [("GROUP", 0, 4)], [("GROUPTOP", 0, 8)], [("NOLOCALS", None, None), ("UPCAST", 0, 4)],
+             [("GROUP", 0, 8), ("UPCASTMID", 2, 2)], [("LOCAL", 1, 2), ("UPCAST", 0, 3), ("UNROLL", 0, 4), ("PADTO", 0, 8)]]
+
+@pytest.mark.parametrize("opts", LEGAL_GPU, ids=["_".join(o[0] for o in os) for os in LEGAL_GPU])
+def test_each_legal_gpu_opt_keeps_the_meaning(opts):
+  k = Kernel(matmul(12, 8, 64), GPU).apply_opts([Opt(*o) for o in opts])
+  assert len(k.applied_opts) == len(opts)
+  same_result(k)
+
+
+ILLEGAL_CPU = [(("UPCAST", 2, 4), "global or local"), (("UNROLL", 5, 2), "past"), (("UPCAST", 0, 5), "does not divide"),
+               (("UPCAST", 0, 1), "amount"), (("UPCAST", None, 4), "axis"), (("LOCAL", 0, 4), "no local"),
+               (("GROUP", 0, 4), "shared memory"), (("GROUPTOP", 0, 4), "shared memory"), (("UPCASTMID", 0, 2), "grouped"),
+               (("NOLOCALS", None, None), "local dims"), (("TC", 0, 0), "tensor cores"), (("PADTO", 0, 4), "already"),
+               (("PADTO", 0, 64), "doubles"), (("UPCAST", 0, 512), "amount")]
+
+@pytest.mark.parametrize("opt,why", ILLEGAL_CPU, ids=[f"{o[0]}{o[1]}_{o[2]}" for o, _ in ILLEGAL_CPU])
+def test_each_illegal_cpu_opt_raises_and_leaves_the_kernel_unchanged(opt, why):
+  k = Kernel(matmul(12, 8, 16), CPU)
+  k.apply_opt(Opt("UPCAST", 1, 2))
+  before = (list(k.sts), list(k.applied_opts), k.upcasted, k.full_shape)
+  with pytest.raises(OptError, match=why): k.apply_opt(Opt(*opt))
+  assert (k.sts, k.applied_opts, k.upcasted, k.full_shape) == before
+
+
+def test_thread_is_one_split_of_a_global_axis():
+  k = Kernel(matmul(12, 8, 16), CPU)
+  k.apply_opt(Opt("THREAD", 1, 2))
+  assert k.thread_dims == 1 and k.full_shape[0] == 2
+  with pytest.raises(OptError, match="only one"): k.apply_opt(Opt("THREAD", 1, 2))
+  with pytest.raises(OptError, match="no threads"): Kernel(matmul(8, 8, 8), GPU).apply_opt(Opt("THREAD", 0, 2))
+  same_result(k)
+
+
+def test_upcasts_are_capped():
+  k = Kernel(matmul(64, 64, 64), CPU).apply_opts([Opt("UPCAST", 0, 16), Opt("UPCAST", 1, 16)])
+  with pytest.raises(OptError, match="exceed"): k.apply_opt(Opt("UNROLL", 0, 2))
+
+
+def test_padding_a_reduce_is_legal_only_where_zeros_keep_the_result():
+  pad = Opt("PADTO", 1, 8)  # the reduce axis of 6 becomes 8
+  k = Kernel(reduce("SUM", (5, 6), (1,)), CPU)
+  k.apply_opt(pad)
+  same_result(k)
+  with pytest.raises(OptError, match="change its result"): Kernel(reduce("MAX", (5, 6), (1,)), CPU).apply_opt(pad)
+  exp_sum = kernel(red("SUM", alu("EXP2", ld(1, (5, 6))), [1]))  # exp2(0) = 1: padding would add ones
+  with pytest.raises(OptError, match="change its result"): Kernel(exp_sum, CPU).apply_opt(pad)
+
+
+def test_opt_json_round_trip_and_bad_opts():
+  assert Opt.from_json(Opt("UPCAST", 1, 4).to_json()) == Opt("UPCAST", 1, 4)
+  for bad in ({"op": "FOO"}, {"op": "UPCAST", "axis": "1"}, {"op": "UPCAST", "axis": True}, [1], {"op": "UPCAST", "x": 1}):
+    with pytest.raises(OptError): Opt.from_json(bad)
+
+
+def test_kernel_pickles_small_and_replays_its_opts():
+  k = Kernel(conv2d(1, 8, 16, 16, 8, 3, 3, padding=1), CPU).apply_opts([Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)])
+  blob = pickle.dumps(k)
+  k2 = pickle.loads(blob)
+  assert k2.sts == k.sts and k2.applied_opts == k.applied_opts and len(blob) < 4 * len(str(k.ast.to_json()))
+
+
+def test_random_opt_sequences_keep_the_meaning_on_corpus_kernels(corpus):
+  rng = random.Random(0)
+  small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 300_000]
+  applied = 0
+  for k in rng.sample(small, 100):
+    for opts in (CPU, GPU):
+      kern = Kernel(k, opts)
+      for _ in range(rng.randint(2, 8)):  # most random opts are illegal somewhere: try enough of them
+        try: kern.apply_opt(Opt(rng.choice(OPTOPS), rng.randint(0, max(0, kern.shape_len - 1)), rng.choice([0, 2, 3, 4, 8])))
+        except OptError: continue
+        applied += 1
+      try: kern.to_ast()
+      except KernelValidationError as e:  # PADTO, then a split of the padded axis, needs a two-view STORE: no document holds it
+        assert "exactly one view" in e.message, e
+        continue
+      same_result(kern)
+  assert applied > 100
