@@ -5,7 +5,8 @@ It is the golden answer for every generated kernel, so the semantics are spelled
   Positions are decoded view by view exactly as the format says, independently of the symbolic
   machinery the code generators use.
 - float16 and bfloat16 arithmetic is done in float32 and rounded to the dtype after every op, as
-  generated code does. Float DIV is IEEE division; MAX propagates NaN; float MOD is C `fmod`.
+  generated code does. EXP2, LOG2 and SIN are computed in float64 and rounded to the dtype, so the
+  reference is correctly rounded there (numpy's float32 exp2 is 1 ulp off on a fifth of inputs). Float DIV is IEEE division; MAX propagates NaN; float MOD is C `fmod`.
 - Integer arithmetic wraps (two's complement). DIV truncates toward zero and MOD takes the sign of
   the dividend (C); dividing by zero gives 0 for both, INT_MIN / -1 wraps to INT_MIN.
 - bool: ADD and MAX are OR, MUL is AND, XOR is XOR, NEG is NOT; SUB, DIV and MOD are not defined.
@@ -76,6 +77,26 @@ def poison(d: DType, n: int) -> np.ndarray:
 
 def is_poison(x: np.ndarray, d: DType) -> np.ndarray:
   return x.view(NAN_POISON[d.name].dtype) == NAN_POISON[d.name] if d.is_float else x == d.max
+
+
+FLOAT_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}  # ~16 ulp at 1.0
+
+def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1) -> Optional[str]:
+  """None if `got` matches the reference `want`, else what differs. Integers and bools must be equal;
+  floats agree within 16 ulp of the dtype, growing with the square root of the reduction length
+  (generated code may sum in any order) and NaN where the reference has NaN."""
+  if got.shape != want.shape: return f"shape {got.shape} != {want.shape}"
+  if not dt.is_float:
+    bad = np.flatnonzero(got != want)
+  else:
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    tol = FLOAT_TOLERANCE[dt.name] * max(1.0, math.sqrt(reduce_size))
+    with np.errstate(invalid="ignore"):
+      ok = (np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= tol * (1 + np.abs(w)))
+    bad = np.flatnonzero(~ok)
+  if bad.size == 0: return None
+  i = bad[0]
+  return f"{bad.size} of {want.size} elements differ; first at {i}: got {got[i]!r}, want {want[i]!r}"
 
 
 def random_buffers(kernel: KernelAST, var_vals: Optional[Mapping[str, int]] = None, seed: int = 0) -> list[np.ndarray]:
@@ -192,7 +213,8 @@ def alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
     return {"ADD": np.logical_or, "MAX": np.logical_or, "MUL": np.logical_and, "XOR": np.logical_xor, "NEG": np.logical_not,
             "CMPLT": np.less, "CMPEQ": np.equal}[op](*xs)
   if dt.is_float:
-    if dt.itemsize < 4: xs = [x.astype(np.float32) for x in xs]  # narrow floats compute in float32, round per op
+    if op in ("EXP2", "LOG2", "SIN"): xs = [x.astype(np.float64) for x in xs]  # rounded from float64: the golden answer
+    elif dt.itemsize < 4: xs = [x.astype(np.float32) for x in xs]  # narrow floats compute in float32, round per op
     f = {"NEG": np.negative, "EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "RECIP": np.reciprocal,
          "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "MAX": np.maximum, "MOD": np.fmod,
          "CMPLT": np.less, "CMPEQ": np.equal}[op]

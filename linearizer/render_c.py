@@ -1,0 +1,114 @@
+"""C for the linear IR, with the reference semantics spelled out where C leaves them undefined:
+integer division by 0 or -1, NaN in MAX, float-to-int casts that saturate, and float16/bfloat16
+arithmetic done in float and rounded after every op."""
+from __future__ import annotations
+import math
+from linearizer.dtypes import DType, bool_
+from linearizer.lower import Program
+from linearizer.symbolic import render
+
+PRELUDE = """#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+static inline float bf2f(unsigned short b) { unsigned u = (unsigned)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned short f2bf(float f) {  /* round to nearest even; NaN stays NaN */
+  unsigned u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static inline float bfround(float f) { return bf2f(f2bf(f)); }
+"""
+
+def ctype(dt: DType) -> str:
+  """The C type a value lives in: bfloat16 computes as float and is stored as its 16 bits."""
+  return {"float16": "_Float16", "bfloat16": "float", "bool": "bool"}.get(dt.name, dt.c)
+
+def storage(dt: DType) -> str: return "unsigned short" if dt.name == "bfloat16" else ctype(dt)
+
+def literal(val, dt: DType) -> str:
+  if dt == bool_: return "1" if val else "0"
+  if dt.is_int:
+    suffix = {"int64": "LL", "uint64": "ULL", "uint32": "U"}.get(dt.name, "")
+    return f"(({dt.c}){val}{suffix})" if not (dt.name == "int64" and val == dt.min) else "((long long)(-9223372036854775807LL-1))"
+  if math.isnan(val): return f"(({ctype(dt)})NAN)"
+  if math.isinf(val): return f"(({ctype(dt)}){'-' if val < 0 else ''}INFINITY)"
+  return f"(({ctype(dt)}){float(val).hex()})"  # hex floats are exact
+
+def _narrow(dt: DType, expr: str) -> str:
+  """Round a float-computed result to the value's dtype, per op."""
+  return f"((_Float16)({expr}))" if dt.name == "float16" else f"bfround({expr})" if dt.name == "bfloat16" else expr
+
+def _f(dt: DType, x: str) -> str: return f"(float){x}" if dt.name == "float16" else x
+
+def alu(op: str, dt: DType, a: list[str], src_dt: DType) -> str:
+  """One ALU op on rendered operands; dt is the result's dtype, src_dt the operands'."""
+  if op == "WHERE": return f"({a[0]}?{a[1]}:{a[2]})"
+  if op in ("CMPLT", "CMPEQ"): return f"({a[0]}{'<' if op == 'CMPLT' else '=='}{a[1]})"
+  if src_dt == bool_: return {"ADD": "({0}||{1})", "MAX": "({0}||{1})", "MUL": "({0}&&{1})", "XOR": "({0}!={1})", "NEG": "(!{0})"}[op].format(*a)
+  if src_dt.is_float:
+    fn = "" if src_dt.name == "float64" else "f"
+    x = [_f(src_dt, v) for v in a]
+    e = {"NEG": "(-{0})", "ADD": "({0}+{1})", "SUB": "({0}-{1})", "MUL": "({0}*{1})", "DIV": "({0}/{1})",
+         "MAX": "(({0}>{1}||{0}!={0})?{0}:{1})", "MOD": f"fmod{fn}({{0}},{{1}})", "EXP2": f"exp2{fn}({{0}})",
+         "LOG2": f"log2{fn}({{0}})", "SIN": f"sin{fn}({{0}})", "SQRT": f"sqrt{fn}({{0}})", "RECIP": "(1.0f/{0})" if fn else "(1.0/{0})"}[op]
+    return _narrow(dt, e.format(*x))
+  signed = src_dt.kind == "i"
+  if op == "DIV": return f"({a[1]}==0?0:{a[1]}==-1?-{a[0]}:{a[0]}/{a[1]})" if signed else f"({a[1]}==0?0:{a[0]}/{a[1]})"
+  if op == "MOD": return f"(({a[1]}==0{f'||{a[1]}==-1' if signed else ''})?0:{a[0]}%{a[1]})"
+  return {"NEG": "(-{0})", "ADD": "({0}+{1})", "SUB": "({0}-{1})", "MUL": "({0}*{1})", "MAX": "({0}>{1}?{0}:{1})",
+          "XOR": "({0}^{1})"}[op].format(*a)
+
+def cast(x: str, src: DType, dst: DType, bitcast: bool) -> str:
+  if bitcast:  # through the stored bits: a bfloat16 lives in a float register
+    u = f"({{union {{ {storage(src)} s; {storage(dst)} d; }} u_; u_.s = {f'f2bf({x})' if src.name == 'bfloat16' else x}; u_.d;}})"
+    return f"bf2f({u})" if dst.name == "bfloat16" else u
+  if dst == bool_: return f"({x}!=0)"
+  if src.is_float and dst.is_int:  # truncate, saturate, NaN to 0
+    bits = dst.itemsize * 8 - (dst.kind == "i")
+    lo = f"-{float(2 ** bits).hex()}" if dst.kind == "i" else "-0x1p+0"
+    f = f"(double){x}"
+    return f"({f}!={f}?({dst.c})0:{f}>={float(2 ** bits).hex()}?{literal(dst.max, dst)}:{f}{'<' if dst.kind == 'i' else '<='}{lo}?{literal(dst.min, dst)}:({dst.c}){f})"
+  return _narrow(dst, f"({'float' if dst.name == 'bfloat16' else ctype(dst)}){_f(src, x)}")
+
+
+def render_c(prog: Program) -> str:
+  names: dict[int, str] = {}
+  body: list[str] = []
+  depth = 1
+  def line(s: str) -> None: body.append("  " * depth + s)
+  for i, u in enumerate(prog.uops):
+    op, dt, src = u.op, u.dtype, [names.get(s) for s in u.src]
+    if op in ("DEFINE_GLOBAL", "DEFINE_VAR"): continue
+    if op == "CONST": names[i] = literal(u.arg, dt)
+    elif op == "VALID": names[i] = render(u.arg, c=True)
+    elif op == "LOOP":
+      var, end, threads = u.arg
+      if threads: line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
+      line(f"for (long long {var.name} = 0; {var.name} < {render(end, c=True)}; {var.name}++) {{")
+      depth += 1
+    elif op == "ENDLOOP":
+      depth -= 1
+      line("}")
+    elif op == "DEFINE_ACC":
+      names[i] = f"acc{i}"
+      line(f"{ctype(dt)} acc{i} = {literal(u.arg, dt)};")
+    elif op == "ACC":
+      acc, v = src
+      names[i] = acc
+      line(f"{acc} = {alu('ADD' if u.arg == 'SUM' else 'MAX', dt, [acc, v], dt)};")
+    elif op == "STORE":
+      b, idx, valid = u.arg
+      val = f"f2bf({src[0]})" if prog.buffers[b][1].name == "bfloat16" else src[0]
+      store = f"data{b}[{render(idx, c=True)}] = {val};"
+      line(store if valid == 1 else f"if ({render(valid, c=True)}) {store}")
+    else:
+      names[i] = f"v{i}"
+      if op == "LOAD":
+        b, idx, valid = u.arg
+        x = f"data{b}[{render(idx, c=True)}]"
+        if dt.name == "bfloat16": x = f"bf2f({x})"
+        e = x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt)})"
+      elif op == "CAST": e = cast(src[0], prog.uops[u.src[0]].dtype, dt, u.arg)
+      else: e = alu(u.arg, dt, src, prog.uops[u.src[-1]].dtype)
+      line(f"{ctype(dt)} v{i} = {e};")
+  args = [f"{storage(dt)}* restrict data{b}" for b, dt in prog.buffers] + [f"int {v.name}" for v in prog.vars]
+  return PRELUDE + f"void {prog.name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
