@@ -95,12 +95,16 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     accs = {ol: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity(red.arg.fn, red.dtype)), dedup=False) for ol in out_lanes}
     inner = loop(range(fr, up))
     memo: dict = {}
+    parts: dict[tuple, list[int]] = {ol: [] for ol in out_lanes}
     for lane in lanes:
       l = dict(zip(upcast_axes, lane))
       v = value(red.src[0], l, memo)
       if red.dtype.acc != red.dtype: v = emit(UOp("CAST", red.dtype.acc, (v,), False))
-      ol = tuple(l[i] for i in out_up)
-      accs[ol] = emit(UOp("ACC", red.dtype.acc, (accs[ol], v), red.arg.fn), dedup=False)
+      parts[tuple(l[i] for i in out_up)].append(v)
+    op = "ADD" if red.arg.fn == "SUM" else "MAX"
+    for ol, vs in parts.items():  # combine the unrolled lanes as a tree: independent adds, not one serial chain
+      while len(vs) > 1: vs = [emit(UOp("ALU", red.dtype.acc, (a, b), op)) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
+      accs[ol] = emit(UOp("ACC", red.dtype.acc, (accs[ol], vs[0]), red.arg.fn), dedup=False)
     for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
     seen.clear()  # values from inside the reduce loop are out of scope now
     for ol, a in accs.items():

@@ -29,8 +29,11 @@ from linearizer.shapetracker import ShapeTracker
 BLOCK_ELEMENTS = 1 << 24  # the most elements one block materialises per operand (~64 MB of float32)
 
 
-def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None) -> None:
-  """Compute `kernel` into buffers[0]; buffers[1..] are its inputs (1-D, each buffer's dtype)."""
+def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None,
+        perturb: float = 0.0) -> None:
+  """Compute `kernel` into buffers[0]; buffers[1..] are its inputs (1-D, each buffer's dtype).
+  `perturb` shifts a float SUM by that fraction of the sum of its terms' magnitudes: what summing in
+  another order may change (see `expected_range`)."""
   vv = kernel.var_vals(var_vals)
   _check_buffers(kernel, buffers, vv)
   sts: dict[ShapeTracker, ShapeTracker] = {}
@@ -51,18 +54,25 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
   whole = [(0, s) for s in full]
   heaviest = lambda axs: sorted(axs, key=lambda d: -max((size(whole, dims) for dims in parts if d in dims), default=0))
   leaves: dict[LazyOp, tuple] = {}  # a leaf's last value, reused while its dims' ranges stay the same
+  shift = perturb != 0 and red is not None and red.arg.fn == "SUM" and red.dtype.is_float
   with np.errstate(all="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     for block in _blocks(whole, heaviest([a for a in range(len(full)) if a not in axes]), cost):
       memo: dict[LazyOp, np.ndarray] = {}
       if red is not None:
-        acc = None
+        acc, mag = None, 0.0
         for sub in _blocks(block, heaviest(axes), cost):
           ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live)
-          if contract: part = _contract(ev(red.src[0].src[0]), ev(red.src[0].src[1]), sub, axes)
-          else: part = _reduce(red.arg.fn, red.dtype, np.broadcast_to(ev(red.src[0]), [hi - lo for lo, hi in sub]), axes)
+          if contract:
+            a, b = ev(red.src[0].src[0]), ev(red.src[0].src[1])
+            part = _contract(a, b, sub, axes)
+            if shift: mag = mag + _contract(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64), sub, axes)
+          else:
+            x = np.broadcast_to(ev(red.src[0]), [hi - lo for lo, hi in sub])
+            part = _reduce(red.arg.fn, red.dtype, x, axes)
+            if shift: mag = mag + np.sum(np.abs(x.astype(np.float64)), axis=tuple(axes), keepdims=True)
           acc = part if acc is None else _combine(red.arg.fn, acc, part)
-        memo[red] = acc.astype(red.dtype.np)
+        memo[red] = (acc + perturb * mag if shift else acc).astype(red.dtype.np)
         block = [(0, 1) if a in axes else r for a, r in enumerate(block)]
       _store(kernel.ast, block, buffers, conc, memo, leaves, live)
 
@@ -81,10 +91,35 @@ def is_poison(x: np.ndarray, d: DType) -> np.ndarray:
 
 FLOAT_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}  # ~16 ulp at 1.0
 
-def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1) -> Optional[str]:
+def expected_range(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None):
+  """(want, lo, hi) for the output: the reference, and the range a correct kernel may produce by
+  summing its float SUM in another order -- the SUM moved by 16 ulp x sqrt(n) of the magnitude of
+  its terms, carried through the ops above it. buffers[0] is left untouched. lo/hi are None
+  without a float SUM."""
+  vv = kernel.var_vals(var_vals)
+  runs = []
+  red = kernel.reduceop
+  shifts = [0.0]
+  if red is not None and red.arg.fn == "SUM" and red.dtype.is_float:
+    n = math.prod(kernel.shape_at(red.src[0].shape, vv)) // max(1, math.prod(kernel.shape_at(red.shape, vv)))
+    rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(n))
+    shifts += [-rel, rel]
+  for p in shifts:
+    out = [buffers[0].copy()] + list(buffers[1:])
+    run(kernel, out, vv, perturb=p)
+    runs.append(out[0])
+  if len(runs) == 1: return runs[0], None, None
+  with np.errstate(invalid="ignore"), warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN elements stay NaN bounds, and NaN is compared apart
+    stack = np.stack([r.astype(np.float64) for r in runs])
+    return runs[0], np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
+
+
+def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1, lo: Optional[np.ndarray] = None,
+             hi: Optional[np.ndarray] = None) -> Optional[str]:
   """None if `got` matches the reference `want`, else what differs. Integers and bools must be equal;
-  floats agree within 16 ulp of the dtype, growing with the square root of the reduction length
-  (generated code may sum in any order) and NaN where the reference has NaN."""
+  floats agree within 16 ulp of the dtype (growing with the square root of the reduction length), or
+  lie within [lo, hi] from `expected_range` widened by as much, and are NaN where the reference is."""
   if got.shape != want.shape: return f"shape {got.shape} != {want.shape}"
   if not dt.is_float:
     bad = np.flatnonzero(got != want)
@@ -93,6 +128,7 @@ def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1)
     tol = FLOAT_TOLERANCE[dt.name] * max(1.0, math.sqrt(reduce_size))
     with np.errstate(invalid="ignore"):
       ok = (np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= tol * (1 + np.abs(w)))
+      if lo is not None: ok |= (g >= lo - tol * (1 + np.abs(lo))) & (g <= hi + tol * (1 + np.abs(hi)))
     bad = np.flatnonzero(~ok)
   if bad.size == 0: return None
   i = bad[0]

@@ -47,9 +47,11 @@ def alu(op: str, dt: DType, a: list[str], src_dt: DType) -> str:
   if src_dt.is_float:
     fn = "" if src_dt.name == "float64" else "f"
     x = [_f(src_dt, v) for v in a]
+    if op in ("EXP2", "LOG2", "SIN"):  # from double and rounded: correctly rounded, as the reference defines them
+      return _narrow(dt, f"({'double' if fn == '' else 'float'}){op.lower()}((double){x[0]})")
     e = {"NEG": "(-{0})", "ADD": "({0}+{1})", "SUB": "({0}-{1})", "MUL": "({0}*{1})", "DIV": "({0}/{1})",
-         "MAX": "(({0}>{1}||{0}!={0})?{0}:{1})", "MOD": f"fmod{fn}({{0}},{{1}})", "EXP2": f"exp2{fn}({{0}})",
-         "LOG2": f"log2{fn}({{0}})", "SIN": f"sin{fn}({{0}})", "SQRT": f"sqrt{fn}({{0}})", "RECIP": "(1.0f/{0})" if fn else "(1.0/{0})"}[op]
+         "MAX": "(({0}>{1}||{0}!={0})?{0}:{1})", "MOD": f"fmod{fn}({{0}},{{1}})", "SQRT": f"sqrt{fn}({{0}})",
+         "RECIP": "(1.0f/{0})" if fn else "(1.0/{0})"}[op]
     return _narrow(dt, e.format(*x))
   signed = src_dt.kind == "i"
   if op == "DIV": return f"({a[1]}==0?0:{a[1]}==-1?-{a[0]}:{a[0]}/{a[1]})" if signed else f"({a[1]}==0?0:{a[0]}/{a[1]})"

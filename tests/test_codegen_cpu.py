@@ -105,3 +105,19 @@ def test_symbolic_kernel_takes_its_variable_as_an_argument():
   src, _ = compile_kernel(k, "CPU", [Opt("UPCAST", 0, 2)])
   assert "int n)" in src
   for n in (1, 17, 64): check(k, var_vals={"n": n}, opts=[Opt("UPCAST", 0, 2)])
+
+
+def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus):
+  from devices import cpu
+  from linearizer.heuristic import hand_coded_optimizations
+  from linearizer.kernel import Kernel
+  import random
+  small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 2_000_000]
+  kernels = [matmul(64, 48, 80), conv2d(1, 8, 12, 12, 8, 3, 3, padding=1), reduce("SUM", (64, 256), (1,)),
+             symbolic_sum(rows=8, var=("n", 1, 300))] + [k.rebased() for k in random.Random(1).sample(small, 120)]
+  used = set()
+  for k in kernels:
+    opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+    used |= {o.op for o in opts}
+    check(k, opts=opts)
+  assert {"UPCAST", "UNROLL"} <= used
