@@ -3,6 +3,7 @@ broadly and never be wrong (every opt goes through the Kernel's legality checks)
 from __future__ import annotations
 import math
 from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.lower import vectorisable
 from linearizer.symbolic import Node
 
 def _try(k: Kernel, opt: Opt) -> bool:
@@ -17,24 +18,30 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   start = len(k.applied_opts)
   work = math.prod(s if isinstance(s, int) else s.max for s in k.full_shape)
   # 1. broadcast axes: a leaf that does not move along an output axis is reused by every lane of it, so
-  #    upcasting such axes turns loads into register reuse (matmul's 4x4 tile), up to 16 outputs
+  #    upcasting such axes turns loads into register reuse (matmul's tile). The one the output is
+  #    contiguous along becomes the vector, as wide as the ISA has; the others upcast by 8, then 4.
+  def broadcast_axes() -> list[int]:
+    return [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and i not in upcasted
+            and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in k.sts[1:])]
   upcasted: set[int] = set()
-  while _upcast_budget(k) < 16:
-    cands = [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and k.full_shape[i] % 4 == 0
-             and i not in upcasted and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in k.sts[1:])]
+  widest = max(k.options.float_vector_widths, default=4)
+  vec = next((i for i in broadcast_axes() if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
+  if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
+  if vec is not None and _try(k, Opt("UPCAST", vec, widest)): upcasted.add(vec)
+  while k.reduceop is not None and _upcast_budget(k) < 128 and (cands := broadcast_axes()):
     # prefer the axis more leaves read with stride 0, then the inner one
-    cands.sort(key=lambda i: (sum(st.views[-1].strides[i] == 0 for st in k.sts[1:]), i), reverse=True)
-    if not cands or not _try(k, Opt("UPCAST", cands[0], 4)): break
-    upcasted.add(cands[0])  # a tile over two axes reuses both operands; one axis twice reuses only one
+    axis = max(cands, key=lambda i: (sum(st.views[-1].strides[i] == 0 for st in k.sts[1:]), i))
+    upcasted.add(axis)  # a tile over two axes reuses both operands; one axis twice reuses only one
+    next((amt for amt in (8, 4) if _upcast_budget(k) * amt <= 128 and _try(k, Opt("UPCAST", axis, amt))), None)
   # 2. reduces: unroll a short reduce whole, else by 4 (a tree of independent partial sums)
   if k.reduceop is not None and k.first_reduce < k.shape_len - k.upcasted:
     last = k.shape_len - k.upcasted - 1
     size = k.full_shape[last]
     if isinstance(size, int):
-      for amt in ([0] if size <= 16 else []) + [8, 4]:
+      for amt in ([0] if size <= 16 else []) + ([2] if _upcast_budget(k) >= 64 else [8, 4]):
         if _try(k, Opt("UNROLL", last - k.first_reduce, amt)): break
   # 3. element-wise: upcast the output's unit-stride axis so the compiler vectorises it
-  if k.reduceop is None and _upcast_budget(k) < 8 and k.first_reduce > k.thread_dims:
+  if k.reduceop is None and vectorisable(k.ast) and _upcast_budget(k) < 8 and k.first_reduce > k.thread_dims:
     axis = k.first_reduce - 1
     for amt in (16, 8, 4):
       if _try(k, Opt("UPCAST", axis, amt)): break

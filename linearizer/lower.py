@@ -10,15 +10,18 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Optional
 import numpy as np
-from linearizer.ast import LazyOp
+from linearizer.ast import ConstArg, KernelAST, LazyOp
 from linearizer.dtypes import DType, bool_
 from linearizer.kernel import Kernel
 from linearizer.reference import alu, cast
-from linearizer.symbolic import Var, sint, smax
+from linearizer.shapetracker import affine
+from linearizer.symbolic import Var, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
 #      DEFINE_ACC (arg: initial value) ACC (src: acc, value; arg: SUM|MAX) VALID (arg: a symbolic condition, as a bool)
+#      VBROADCAST (src: a scalar) VBUILD (src: one scalar per lane). `vec` > 1: a value of that many lanes.
+VEC_OPS = ("LOAD", "CONST", "ADD", "SUB", "MUL", "DIV", "NEG", "REDUCE", "STORE")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class UOp:
   dtype: Optional[DType]
   src: tuple[int, ...] = ()
   arg: Any = None
+  vec: int = 1
 
 
 class Program:
@@ -52,47 +56,74 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   bufs = [(b.buf, b.dtype) for b in k.ast.buffers]
   for b, dt in bufs: emit(UOp("DEFINE_GLOBAL", dt, (), b))
   for v in k.ast.vars: emit(UOp("DEFINE_VAR", None, (), v))
-  loop_vars = {i: Var(f"{'r' if k.is_reduce_axis(i) else 'g'}{i}", 0, smax(full[i]) - 1) for i in range(up)}
+  loop_vars: dict[int, sint] = {i: 0 if full[i] == 1 else Var(f"{'r' if k.is_reduce_axis(i) else 'g'}{i}", 0, smax(full[i]) - 1) for i in range(up)}
   upcast_axes = list(range(up, n))
   out_up = [i for i in upcast_axes if not k.is_reduce_axis(i)]
   lanes = list(itertools.product(*(range(full[i]) for i in upcast_axes)))
   st_of = dict(zip(k.leaves, k.sts))
 
   def const(val, dt: DType) -> int: return emit(UOp("CONST", dt, (), _scalar(val, dt)))
+  lane_var = Var("_lane", 0, 0)
+  vaxis = _vector_axis(k, out_up, loop_vars)
+  W = full[vaxis] if vaxis is not None else 1
+  if vaxis is not None:
+    out_up = [i for i in out_up if i != vaxis]
+    upcast_axes = [i for i in upcast_axes if i != vaxis]
+    lanes = list(itertools.product(*(range(full[i]) for i in upcast_axes)))
+    lane_var = Var("_lane", 0, W - 1)
 
   def index(st, lane: dict[int, int]) -> tuple[sint, sint]:
-    # axes where this tracker has size 1 read index 0 (the STORE at reduce axes, leaves above the reduce)
-    idxs = [0 if st.shape[i] == 1 else lane[i] if i in lane else loop_vars[i] for i in range(n)]
+    # axes where this tracker has size 1 read index 0 (the STORE at reduce axes, leaves above the reduce);
+    # the vector axis reads the symbolic lane
+    idxs = [0 if st.shape[i] == 1 else lane[i] if i in lane else lane_var if i == vaxis else loop_vars[i] for i in range(n)]
     return st.expr_idxs(idxs)
+
+  def lane0(x: sint) -> sint: return substitute(x, {"_lane": 0})
+
+  def vector_load(node: LazyOp, lane: dict[int, int]) -> int:
+    """Contiguous along the vector axis: one vector load; stride 0: a broadcast; else one load per lane."""
+    idx, valid = index(st_of[node.arg], lane)
+    aff = affine(idx, [lane_var])
+    if lane_var not in variables(valid) and aff is not None and aff[0][0] in (0, 1):
+      if aff[0][0] == 1: return emit(UOp("LOAD", node.dtype, (), (node.arg.buf, lane0(idx), valid), W))
+      return emit(UOp("VBROADCAST", node.dtype, (scalar_load(node.arg.buf, node.dtype, lane0(idx), valid),), None, W))
+    return emit(UOp("VBUILD", node.dtype, tuple(scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j}))
+                                              for j in range(W)), None, W))
+
+  def scalar_load(buf: int, dt: DType, idx: sint, valid: sint) -> int:
+    return const(0, dt) if valid == 0 else emit(UOp("LOAD", dt, (), (buf, idx, valid)))
 
   def value(node: LazyOp, lane: dict[int, int], memo: dict) -> int:
     key = (node, tuple(sorted(lane.items())))
     if key in memo: return memo[key]
-    if node.op == "LOAD":
+    if node.op == "LOAD" and W > 1: r = vector_load(node, lane)
+    elif node.op == "LOAD":
       idx, valid = index(st_of[node.arg], lane)
-      r = const(0, node.dtype) if valid == 0 else emit(UOp("LOAD", node.dtype, (), (node.arg.buf, idx, valid)))
+      r = scalar_load(node.arg.buf, node.dtype, idx, valid)
     elif node.op == "CONST":
-      _, valid = index(st_of[node.arg], lane)
+      _, valid = index(st_of[node.arg], lane)  # lane-independent where vectorised (_vector_axis checks)
       r = const(node.arg.val if valid == 1 else 0, node.dtype) if isinstance(valid, int) else \
         emit(UOp("ALU", node.dtype, (emit(UOp("VALID", bool_, (), valid)), const(node.arg.val, node.dtype), const(0, node.dtype)), "WHERE"))
+      if W > 1: r = emit(UOp("VBROADCAST", node.dtype, (r,), None, W))
     else:
       src = tuple(value(s, lane, memo) for s in node.src)
-      r = _fold(node, src, uops) if all(uops[s].op == "CONST" for s in src) else None
+      r = _fold(node, src, uops) if W == 1 and all(uops[s].op == "CONST" for s in src) else None
       r = const(r, node.dtype) if r is not None else \
-        emit(UOp("CAST", node.dtype, src, node.arg.bitcast) if node.op == "CAST" else UOp("ALU", node.dtype, src, node.op))
+        emit(UOp("CAST", node.dtype, src, node.arg.bitcast) if node.op == "CAST" else UOp("ALU", node.dtype, src, node.op, W))
     memo[key] = r
     return r
 
   def loop(axes: range, threads: int = 0) -> list[int]:
+    axes = [i for i in axes if full[i] != 1]  # a size-1 axis (what a whole-axis split leaves) reads index 0
     for i in axes: emit(UOp("LOOP", None, (), (loop_vars[i], full[i], threads if i == 0 else 0)), dedup=False)
-    return list(axes)
+    return axes
 
   outer = loop(range(fr), threads=full[0] if k.thread_dims else 0)
   reduced: dict[tuple, int] = {}
   red = k.reduceop
   if red is not None:
     out_lanes = list(itertools.product(*(range(full[i]) for i in out_up)))
-    accs = {ol: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity(red.arg.fn, red.dtype)), dedup=False) for ol in out_lanes}
+    accs = {ol: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity(red.arg.fn, red.dtype), W), dedup=False) for ol in out_lanes}
     inner = loop(range(fr, up))
     memo: dict = {}
     parts: dict[tuple, list[int]] = {ol: [] for ol in out_lanes}
@@ -103,8 +134,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       parts[tuple(l[i] for i in out_up)].append(v)
     op = "ADD" if red.arg.fn == "SUM" else "MAX"
     for ol, vs in parts.items():  # combine the unrolled lanes as a tree: independent adds, not one serial chain
-      while len(vs) > 1: vs = [emit(UOp("ALU", red.dtype.acc, (a, b), op)) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
-      accs[ol] = emit(UOp("ACC", red.dtype.acc, (accs[ol], vs[0]), red.arg.fn), dedup=False)
+      while len(vs) > 1: vs = [emit(UOp("ALU", red.dtype.acc, (a, b), op, W)) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
+      accs[ol] = emit(UOp("ACC", red.dtype.acc, (accs[ol], vs[0]), red.arg.fn, W), dedup=False)
     for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
     seen.clear()  # values from inside the reduce loop are out of scope now
     for ol, a in accs.items():
@@ -115,10 +146,30 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     if red is not None: memo[(red, tuple(sorted(l.items())))] = reduced[lane]
     v = value(k.ast.ast.src[0], l, memo)
     idx, valid = index(st_of[k.ast.ast.arg], l)
-    if valid != 0: emit(UOp("STORE", None, (v,), (0, idx, valid)), dedup=False)
+    if valid != 0: emit(UOp("STORE", None, (v,), (0, lane0(idx), valid), W), dedup=False)
   for _ in outer: emit(UOp("ENDLOOP", None), dedup=False)
   return Program(name, uops, bufs, list(k.ast.vars))
 
+
+def vectorisable(ast: KernelAST) -> bool:
+  """Lanes can be carried as vectors: float32 arithmetic the C vector extensions do exactly, SUMs only."""
+  return all(n.op in VEC_OPS and n.dtype.name == "float32" for n in ast.nodes) and (ast.reduceop is None or ast.reduceop.arg.fn == "SUM")
+
+def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]:
+  """The output upcast axis to carry as vector lanes: float32 arithmetic only, a width the ISA has,
+  and a STORE contiguous along it with a validity (and every CONST's) that does not depend on it."""
+  if not vectorisable(k.ast): return None
+  for axis in reversed(out_up):
+    if k.full_shape[axis] not in k.options.float_vector_widths: continue
+    lv = Var("_lane", 0, k.full_shape[axis] - 1)
+    def at(st):
+      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, 0) for i in range(k.shape_len)])
+    idx, valid = at(k.sts[0])
+    aff = affine(idx, [lv])
+    if aff is None or aff[0][0] != 1 or lv in variables(valid): continue
+    if any(lv in variables(at(st)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg)): continue
+    return axis
+  return None
 
 def _scalar(val, dt: DType):
   return bool(val) if dt == bool_ else float(val) if dt.is_float else int(val)

@@ -72,15 +72,22 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool) -> str:
   return _narrow(dst, f"({'float' if dst.name == 'bfloat16' else ctype(dst)}){_f(src, x)}")
 
 
+def vtype(dt: DType, vec: int) -> str: return f"float{vec}v" if vec > 1 else ctype(dt)
+
 def render_c(prog: Program) -> str:
   names: dict[int, str] = {}
   body: list[str] = []
   depth = 1
   def line(s: str) -> None: body.append("  " * depth + s)
+  def at(b: int, idx, vec: int) -> str:  # a vector goes through the unaligned type: only 4-byte alignment is known
+    return f"data{b}[{render(idx, c=True)}]" if vec == 1 else f"*(float{vec}u*)(data{b}+{render(idx, c=True)})"
   for i, u in enumerate(prog.uops):
     op, dt, src = u.op, u.dtype, [names.get(s) for s in u.src]
     if op in ("DEFINE_GLOBAL", "DEFINE_VAR"): continue
     if op == "CONST": names[i] = literal(u.arg, dt)
+    elif op in ("VBROADCAST", "VBUILD"):
+      names[i] = f"v{i}"
+      line(f"{vtype(dt, u.vec)} v{i} = " + (f"(float{u.vec}v){{}} + {src[0]};" if op == "VBROADCAST" else f"(float{u.vec}v){{{', '.join(src)}}};"))
     elif op == "VALID": names[i] = render(u.arg, c=True)
     elif op == "LOOP":
       var, end, threads = u.arg
@@ -92,7 +99,7 @@ def render_c(prog: Program) -> str:
       line("}")
     elif op == "DEFINE_ACC":
       names[i] = f"acc{i}"
-      line(f"{ctype(dt)} acc{i} = {literal(u.arg, dt)};")
+      line(f"{vtype(dt, u.vec)} acc{i} = {literal(u.arg, dt) if u.vec == 1 else f'(float{u.vec}v){{}}'};")
     elif op == "ACC":
       acc, v = src
       names[i] = acc
@@ -100,17 +107,20 @@ def render_c(prog: Program) -> str:
     elif op == "STORE":
       b, idx, valid = u.arg
       val = f"f2bf({src[0]})" if prog.buffers[b][1].name == "bfloat16" else src[0]
-      store = f"data{b}[{render(idx, c=True)}] = {val};"
+      store = f"{at(b, idx, u.vec)} = {val};"
       line(store if valid == 1 else f"if ({render(valid, c=True)}) {store}")
     else:
       names[i] = f"v{i}"
       if op == "LOAD":
         b, idx, valid = u.arg
-        x = f"data{b}[{render(idx, c=True)}]"
+        x = at(b, idx, u.vec)
         if dt.name == "bfloat16": x = f"bf2f({x})"
-        e = x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt)})"
+        e = x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt) if u.vec == 1 else f'(float{u.vec}v){{}}'})"
       elif op == "CAST": e = cast(src[0], prog.uops[u.src[0]].dtype, dt, u.arg)
       else: e = alu(u.arg, dt, src, prog.uops[u.src[-1]].dtype)
-      line(f"{ctype(dt)} v{i} = {e};")
+      line(f"{vtype(dt, u.vec)} v{i} = {e};")
+  widths = sorted({u.vec for u in prog.uops if u.vec > 1})
+  types = "".join(f"typedef float float{w}v __attribute__((vector_size({4 * w})));\n"
+                  f"typedef float float{w}u __attribute__((vector_size({4 * w}), aligned(4)));\n" for w in widths)
   args = [f"{storage(dt)}* restrict data{b}" for b, dt in prog.buffers] + [f"int {v.name}" for v in prog.vars]
-  return PRELUDE + f"void {prog.name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+  return PRELUDE + types + f"void {prog.name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"

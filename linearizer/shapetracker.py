@@ -122,7 +122,7 @@ def _undecidable(a: sint, b: sint) -> sint: raise ValueError(f"cannot order symb
 def index_vars(shape: Sequence[sint], prefix: str = "idx") -> list[Var]:
   return [Var(f"{prefix}{i}", 0, smax(s) - 1) for i, s in enumerate(shape)]
 
-def _affine(x: sint, ivars: Sequence[Var]) -> Optional[tuple[list[sint], sint]]:
+def affine(x: sint, ivars: Sequence[Var]) -> Optional[tuple[list[sint], sint]]:
   """Split x into (per-var coefficient, rest) if x is affine in ivars with coefficients free of them."""
   iset = set(ivars)
   coef: dict[Var, sint] = {}
@@ -162,7 +162,7 @@ def merge_views(lower: View, upper: View) -> Optional[View]:
   ivars = index_vars(upper.shape, "_m")
   pos, valid = upper.expr(ivars)
   lpos, lvalid = lower.expr(unravel(pos, lower.shape))
-  aff = _affine(lpos, ivars)
+  aff = affine(lpos, ivars)
   mask = None if aff is None else _per_dim_mask(land(valid, lvalid), ivars, upper.shape)
   return None if aff is None or mask is None else View.create(upper.shape, aff[0], aff[1], mask)
 
@@ -242,7 +242,7 @@ class ShapeTracker:
     in_valid = variables(valid)
     out: list[Optional[sint]] = []
     for i, v in enumerate(ivars):
-      aff = _affine(pos, [v])
+      aff = affine(pos, [v])
       out.append(None if aff is None or (not ignore_valid and v in in_valid) else aff[0][0])
     return tuple(out)
 

@@ -1,0 +1,145 @@
+"""Random cases for the linearizer fuzzer, and the output check it shares with `tunesvc kernel run --check`.
+
+A case is a kernel document, a schedule, variable values and a data seed: all a replay needs. Drawing a case
+only asks the Kernel which opts are legal; compiling and running are the caller's (bench/fuzz_linearizer.py),
+so this module stays free of devices, as the rest of linearizer/.
+"""
+from __future__ import annotations
+import math, random
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+import numpy as np
+from linearizer import builders as B
+from linearizer import reference
+from linearizer.ast import KernelAST
+from linearizer.dtypes import DTYPES
+from linearizer.kernel import OPTOPS, Kernel, Opt, OptError
+from linearizer.options import LinearizerOptions
+
+AMTS = (0, 2, 3, 4, 5, 7, 8, 16, 32)  # 0: the whole axis; odd ones mostly fail to divide, and must say so
+MAX_OPTS = 4
+MAX_DRAWS = 40
+MAX_LANE_NODES = 4096  # upcast lanes x AST nodes: beyond this one case compiles for seconds (64 lanes of 873 nodes: 35 s)
+ILLEGAL_RATE = 0.15    # share of draws from the ops the device lacks, each of which must raise OptError
+
+
+def allowed_ops(o: LinearizerOptions) -> tuple[str, ...]:
+  """The opt ops a device may accept (each one still has its own preconditions)."""
+  return tuple(op for op, ok in (("UPCAST", True), ("UNROLL", True), ("PADTO", True), ("THREAD", o.has_threads),
+                                 ("LOCAL", o.has_local), ("NOLOCALS", o.has_local), ("GROUP", o.has_local and o.has_shared),
+                                 ("GROUPTOP", o.has_local and o.has_shared), ("UPCASTMID", o.has_local and o.has_shared),
+                                 ("TC", bool(o.tensor_cores))) if ok)
+
+
+def positions(k: KernelAST, var_vals: Mapping[str, int]) -> int:
+  """Full-shape positions at var_vals: what a reference run costs."""
+  return math.prod(k.shape_at(k.full_shape, var_vals))
+
+def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
+  """Elements summed into each output element (1 without a reduce): what the float tolerance grows with."""
+  if k.reduceop is None: return 1
+  return math.prod(k.shape_at(k.reduceop.src[0].shape, var_vals)) // max(1, math.prod(k.shape_at(k.output_shape, var_vals)))
+
+
+def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int]) -> Optional[str]:
+  """None if a device's buffers agree with the reference's (both started as the same random_buffers), else what
+  differs: the output by `reference.mismatch`, where it was written (the output starts poisoned), and the inputs,
+  which a kernel must leave as they were."""
+  dt = k.ast.arg.dtype
+  if dt.is_float:  # mismatch lets NaN equal NaN; the poison's payload tells unwritten from computed
+    gp, wp = reference.is_poison(got[0], dt), reference.is_poison(want[0], dt)
+    if (bad := np.flatnonzero(gp != wp)).size:
+      return f"{bad.size} of {wp.size} elements {'not written' if gp[bad[0]] else 'written where the reference writes none'}; first at {bad[0]}"
+  if msg := reference.mismatch(got[0], want[0], dt, reduce_size(k, var_vals)): return msg
+  for b, (x, y) in enumerate(zip(got[1:], want[1:]), 1):
+    if not np.array_equal(x.view(np.uint8), y.view(np.uint8)): return f"input buffer {b} was modified"
+  return None
+
+
+@dataclass
+class Case:
+  """One fuzz case, JSON-ready: what a replay file holds besides the outcome."""
+  doc: dict
+  opts: list[Opt]
+  var_vals: dict[str, int]
+  seed: int
+  label: str = ""
+  status: str = ""
+  message: str = ""
+  extra: dict = field(default_factory=dict)  # where it ran: device, asan
+
+  def to_json(self) -> dict:
+    return {"label": self.label, "status": self.status, "message": self.message, **self.extra, "seed": self.seed,
+            "var_vals": self.var_vals, "opts": [o.to_json() for o in self.opts], "kernel": self.doc}
+  @staticmethod
+  def from_json(d: dict) -> Case:
+    return Case(d["kernel"], [Opt.from_json(o) for o in d["opts"]], d["var_vals"], d["seed"], d.get("label", ""),
+                d.get("status", ""), d.get("message", ""), {k: d[k] for k in ("device", "asan") if k in d})
+
+
+def draw_var_vals(k: KernelAST, rng: random.Random, max_positions: int) -> dict[str, int]:
+  """Values in bounds, the bounds themselves often; shrunk toward the minimum while the run would be too big."""
+  vv = {v.name: rng.choice((v.min, v.max, rng.randint(v.min, v.max))) for v in k.vars}
+  while positions(k, vv) > max_positions and any(x > v.min for v, x in zip(k.vars, vv.values())):
+    vv = {v.name: rng.randint(v.min, x) for v, x in zip(k.vars, vv.values())}
+  return vv
+
+def draw_opts(k: Kernel, rng: random.Random) -> list[Opt]:
+  """Apply random opts to k until 0-4 are applied, drawing now and then from the ops the device lacks; returns them.
+  An opt the Kernel accepts but must not (an op the device lacks) or that crashes it is kept: running the case
+  reports it."""
+  allowed = allowed_ops(k.options)
+  illegal, nodes = [op for op in OPTOPS if op not in allowed], len(k.ast.nodes)
+  want = rng.randint(0, MAX_OPTS)
+  for _ in range(MAX_DRAWS):
+    if len(k.applied_opts) >= want: break
+    op = rng.choice(illegal if illegal and rng.random() < ILLEGAL_RATE else allowed)
+    opt = Opt(op, None if op == "NOLOCALS" else rng.randint(0, k.shape_len), rng.choice(AMTS))  # shape_len: one past the end
+    k2 = k.copy()
+    try: k2.apply_opt(opt)
+    except OptError: continue
+    except Exception: return k.applied_opts + [opt]
+    if op not in allowed: return k2.applied_opts
+    if math.prod(k2.upcast_shape) * nodes <= MAX_LANE_NODES: k = k2
+  return k.applied_opts
+
+def draw_case(k: KernelAST, options: LinearizerOptions, seed: int, max_positions: int, label: str = "") -> Case:
+  """The case `seed` draws for kernel k: variable values, a schedule, and the seed again for the data."""
+  rng = random.Random(seed)
+  vv = draw_var_vals(k, rng, max_positions)
+  return Case(k.to_json(), draw_opts(Kernel(k.rebased(), options), rng), vv, seed, label or k.name or "")
+
+
+# ---------------------------------------------------------------- random kernels from the builders
+
+def builder_kernel(rng: random.Random) -> KernelAST:
+  """A small random kernel from linearizer.builders: odd sizes, padding, strides, dilation, groups, several dtypes."""
+  c = rng.choice
+  dims = lambda n, sizes=(1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 32): tuple(c(sizes) for _ in range(n))
+  kind = c(("matmul", "conv2d", "pool2d", "reduce", "chain", "softmax", "layernorm", "symbolic", "mul_add"))
+  if kind == "matmul":
+    return B.matmul(*dims(3), batch=dims(c((0, 1, 2)), (1, 2, 3)), transpose_a=c((False, True)), transpose_b=c((False, True)),
+                    dtype=DTYPES[c(("float32", "float32", "float16", "float64", "int32"))], name="b_matmul")
+  if kind == "conv2d":
+    g = c((1, 1, 2))
+    k_, p, d = c((1, 2, 3, 5)), c((0, 1, 2)), c((1, 1, 2))
+    h = rng.randint(max(1, d * (k_ - 1) + 1 - 2 * p), 14)
+    return B.conv2d(c((1, 2)), g * c((1, 2, 3)), h, rng.randint(max(1, d * (k_ - 1) + 1 - 2 * p), 14), g * c((1, 2, 4)), k_, k_,
+                    stride=c((1, 2)), padding=p, dilation=d, groups=g, name="b_conv2d")
+  if kind == "pool2d":
+    k_ = c((2, 3))
+    return B.pool2d(c(("max", "avg")), c((1, 2)), c((1, 3)), rng.randint(k_, 15), rng.randint(k_, 15), k=k_, stride=c((None, 1, 2)),
+                    padding=c((0, k_ // 2)), name="b_pool2d")
+  if kind == "reduce":
+    shape = dims(rng.randint(1, 4))
+    dt = c(("float32", "float32", "float16", "bfloat16", "float64", "int32", "int8", "uint8", "int64"))
+    return B.reduce(c(("SUM", "MAX")), shape, rng.sample(range(len(shape)), rng.randint(1, len(shape))), DTYPES[dt], name="b_reduce")
+  if kind == "chain": return B.elementwise_chain(dims(2), rng.randint(1, 24), DTYPES[c(("float32", "float16"))], name="b_chain")
+  rows, cols = dims(2, (1, 3, 4, 8, 17, 32, 64))
+  if kind == "softmax": return c((B.softmax_max, B.softmax_exp_sum, B.softmax_div))(rows, cols, name="b_softmax")
+  if kind == "layernorm": return c((B.layernorm_mean, B.layernorm_var, B.layernorm_norm))(rows, cols, name="b_layernorm")
+  if kind == "symbolic":
+    lo = rng.randint(0, 8)
+    return B.symbolic_sum(rows, ("n", lo, lo + rng.randint(0, 100)), c(("SUM", "MAX")), name="b_symbolic")
+  return B.mul_add(rng.randint(1, 5000), DTYPES[c(("float32", "int32", "uint8", "float64"))], name="b_mul_add")
+
