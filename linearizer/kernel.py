@@ -114,7 +114,10 @@ class Kernel:
       s = shape[axis]
       parts = (1, 1) if s == 1 else (amount, s // amount) if top else (s // amount, amount)
       return list(shape[:axis]) + list(parts) + list(shape[axis + 1:])
+    old = self.sts
     self._reshape_all(split)
+    if any(len(n.views) > len(o.views) and any(isinstance(d, Node) for d in o.views[-1].shape) for o, n in zip(old, self.sts)):
+      raise OptError(f"splitting axis {axis} needs a view over symbolic dims, which indexing cannot decode")
     order = [i for i in range(self.shape_len) if i != move_axis]
     order.insert(insert_before - (insert_before > move_axis), move_axis)
     self.sts = [st.permute(order) for st in self.sts]

@@ -133,3 +133,14 @@ def test_random_opt_sequences_keep_the_meaning_on_corpus_kernels(corpus):
         continue
       same_result(kern)
   assert applied > 100
+
+
+def test_a_split_that_would_stack_a_view_over_symbolic_dims_is_illegal():
+  """Found by the fuzzer: PADTO masks an axis, so splitting it needs a second view; over a tracker with
+  a symbolic dim that view could not be decoded."""
+  k = Kernel(symbolic_sum(rows=20, var=("n", 1, 64)), CPU)
+  k.apply_opt(Opt("PADTO", 0, 3))
+  before = list(k.sts)
+  with pytest.raises(OptError, match="symbolic"): k.apply_opt(Opt("THREAD", 0, 3))
+  assert k.sts == before
+  same_result(k, {"n": 33})
