@@ -43,14 +43,17 @@ def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
 
 def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int]) -> Optional[str]:
   """None if a device's buffers agree with the reference's (both started as the same random_buffers), else what
-  differs: the output by `reference.mismatch`, where it was written (the output starts poisoned), and the inputs,
-  which a kernel must leave as they were."""
+  differs: the output by `reference.mismatch` (within `expected_range` for a float SUM), where it was written (the
+  output starts poisoned), and the inputs, which a kernel must leave as they were."""
   dt = k.ast.arg.dtype
   if dt.is_float:  # mismatch lets NaN equal NaN; the poison's payload tells unwritten from computed
     gp, wp = reference.is_poison(got[0], dt), reference.is_poison(want[0], dt)
     if (bad := np.flatnonzero(gp != wp)).size:
       return f"{bad.size} of {wp.size} elements {'not written' if gp[bad[0]] else 'written where the reference writes none'}; first at {bad[0]}"
-  if msg := reference.mismatch(got[0], want[0], dt, reduce_size(k, var_vals)): return msg
+  n = reduce_size(k, var_vals)
+  if msg := reference.mismatch(got[0], want[0], dt, n):  # only then the dearer range a SUM summed in another order may reach
+    msg = reference.mismatch(got[0], want[0], dt, n, *reference.expected_range(k, want, var_vals)[1:])
+  if msg: return msg
   for b, (x, y) in enumerate(zip(got[1:], want[1:]), 1):
     if not np.array_equal(x.view(np.uint8), y.view(np.uint8)): return f"input buffer {b} was modified"
   return None
@@ -58,23 +61,24 @@ def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
 
 @dataclass
 class Case:
-  """One fuzz case, JSON-ready: what a replay file holds besides the outcome."""
+  """One fuzz case, JSON-ready: what a replay file holds besides the outcome. Without opts and var_vals (None) it is
+  still to be drawn, from the seed: a case whose drawing failed replays by drawing again."""
   doc: dict
-  opts: list[Opt]
-  var_vals: dict[str, int]
+  opts: Optional[list[Opt]]
+  var_vals: Optional[dict[str, int]]
   seed: int
   label: str = ""
   status: str = ""
   message: str = ""
-  extra: dict = field(default_factory=dict)  # where it ran: device, asan
+  extra: dict = field(default_factory=dict)  # where it ran: device, asan, max_positions
 
   def to_json(self) -> dict:
     return {"label": self.label, "status": self.status, "message": self.message, **self.extra, "seed": self.seed,
-            "var_vals": self.var_vals, "opts": [o.to_json() for o in self.opts], "kernel": self.doc}
+            "var_vals": self.var_vals, "opts": None if self.opts is None else [o.to_json() for o in self.opts], "kernel": self.doc}
   @staticmethod
   def from_json(d: dict) -> Case:
-    return Case(d["kernel"], [Opt.from_json(o) for o in d["opts"]], d["var_vals"], d["seed"], d.get("label", ""),
-                d.get("status", ""), d.get("message", ""), {k: d[k] for k in ("device", "asan") if k in d})
+    return Case(d["kernel"], None if d["opts"] is None else [Opt.from_json(o) for o in d["opts"]], d["var_vals"], d["seed"], d.get("label", ""),
+                d.get("status", ""), d.get("message", ""), {k: d[k] for k in ("device", "asan", "max_positions") if k in d})
 
 
 def draw_var_vals(k: KernelAST, rng: random.Random, max_positions: int) -> dict[str, int]:
@@ -95,19 +99,18 @@ def draw_opts(k: Kernel, rng: random.Random) -> list[Opt]:
     if len(k.applied_opts) >= want: break
     op = rng.choice(illegal if illegal and rng.random() < ILLEGAL_RATE else allowed)
     opt = Opt(op, None if op == "NOLOCALS" else rng.randint(0, k.shape_len), rng.choice(AMTS))  # shape_len: one past the end
-    k2 = k.copy()
-    try: k2.apply_opt(opt)
+    try: k.apply_opt(opt)
     except OptError: continue
     except Exception: return k.applied_opts + [opt]
-    if op not in allowed: return k2.applied_opts
-    if math.prod(k2.upcast_shape) * nodes <= MAX_LANE_NODES: k = k2
+    if op not in allowed: break
+    if math.prod(k.upcast_shape) * nodes > MAX_LANE_NODES: k = Kernel(k.ast, k.options).apply_opts(k.applied_opts[:-1])
   return k.applied_opts
 
-def draw_case(k: KernelAST, options: LinearizerOptions, seed: int, max_positions: int, label: str = "") -> Case:
-  """The case `seed` draws for kernel k: variable values, a schedule, and the seed again for the data."""
-  rng = random.Random(seed)
+def draw_case(case: Case, k: KernelAST, options: LinearizerOptions, max_positions: int) -> Case:
+  """The undrawn case drawn for k, its kernel: variable values and a schedule from its seed (the data's seed too)."""
+  rng = random.Random(case.seed)
   vv = draw_var_vals(k, rng, max_positions)
-  return Case(k.to_json(), draw_opts(Kernel(k.rebased(), options), rng), vv, seed, label or k.name or "")
+  return Case(case.doc, draw_opts(Kernel(k.rebased(), options), rng), vv, case.seed, case.label)
 
 
 # ---------------------------------------------------------------- random kernels from the builders

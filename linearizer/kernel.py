@@ -9,7 +9,7 @@ An opt splits an axis and moves the new part into one of those regions; it never
 kernel computes. An opt that is illegal here raises OptError and leaves the kernel as it was.
 """
 from __future__ import annotations
-import copy, math
+import math
 from dataclasses import dataclass
 from typing import Optional
 import numpy as np
@@ -124,7 +124,9 @@ class Kernel:
 
   # ---- opts
   def copy(self) -> Kernel:
-    k = copy.copy(self)
+    """A cheap copy (copy.copy would go through __reduce__, which re-validates and replays)."""
+    k = Kernel.__new__(Kernel)
+    k.__dict__.update(self.__dict__)
     k.sts, k.applied_opts, k.upcast_in_mid_reduce = list(self.sts), list(self.applied_opts), list(self.upcast_in_mid_reduce)
     return k
 

@@ -1,5 +1,5 @@
 """`tunesvc kernel check | show | run`, through the real console script."""
-import gzip, json, subprocess, sys
+import gzip, json, os, subprocess, sys
 from pathlib import Path
 import pytest
 from linearizer.builders import matmul, symbolic_sum
@@ -79,3 +79,60 @@ def test_run_binds_variables_and_rejects_bad_bindings(tmp_path):
 def test_a_bad_file_for_run_or_show_names_the_problem(files):
   r = tunesvc("kernel", "show", str(files / "mixed.jsonl.gz"))
   assert r.returncode != 0 and "ERROR mm8 ast.src: STORE takes 1 sources, got 0" in r.stderr
+
+
+# ---------------------------------------------------------------- `kernel run --device`
+
+def test_run_on_the_cpu_with_opts_checks_against_the_reference_and_prints_the_source(files):
+  r = tunesvc("kernel", "run", str(files / "good.json"), "--device", "CPU", "--opts", '[{"op":"UPCAST","axis":0,"amt":4}]',
+              "--check", "--print-source")
+  assert r.returncode == 0, r.stderr
+  assert "void kernel(" in r.stdout
+  line = r.stdout.splitlines()[-1]
+  assert line.startswith("mm8: checksum ") and " CPU " in line and " ms (median of " in line and line.endswith("  MATCH")
+  assert 'opts [{"op":"UPCAST","axis":0,"amt":4}]' in line
+
+
+def test_run_on_the_cpu_defaults_to_the_hand_coded_opts(files):
+  from devices import cpu
+  from linearizer.heuristic import hand_coded_optimizations
+  from linearizer.kernel import Kernel
+  hand = json.dumps([o.to_json() for o in hand_coded_optimizations(Kernel(matmul(8, 8, 8), cpu.options()))], separators=(",", ":"))
+  default, explicit = (tunesvc("kernel", "run", str(files / "good.json"), "--device", "CPU", "--check", *a) for a in ((), ("--hand-coded",)))
+  for r in (default, explicit): assert r.returncode == 0 and f"opts {hand}  MATCH" in r.stdout, r.stdout + r.stderr
+  none = tunesvc("kernel", "run", str(files / "good.json"), "--device", "CPU", "--no-opts", "--check")
+  assert none.returncode == 0 and "opts []  MATCH" in none.stdout, none.stderr
+
+
+def test_run_on_the_cpu_binds_variables(tmp_path):
+  path = tmp_path / "sym.json"
+  path.write_text(json.dumps(symbolic_sum(rows=4, var=("n", 1, 64), name="sym").to_json()))
+  r = tunesvc("kernel", "run", str(path), "--device", "CPU", "--var", "n=5", "--opts", '[{"op":"UPCAST","axis":0,"amt":2}]', "--check")
+  assert r.returncode == 0 and r.stdout.startswith("sym (n=5): checksum") and r.stdout.rstrip().endswith("MATCH"), r.stderr
+
+
+def test_run_on_the_cpu_reports_a_mismatch_with_exit_status_1(files, tmp_path):
+  from test_fuzz_linearizer import planted_cc  # a compiler whose code adds 1 to the first output element
+  env = planted_cc(tmp_path, last="  data0[0] += 1;")
+  r = subprocess.run([sys.executable, "-m", "tunesvc.cli", "kernel", "run", str(files / "good.json"), "--device", "CPU", "--check"],
+                     capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, **env})
+  assert r.returncode == 1 and "  MISMATCH: 1 of 64 elements differ; first at 0: got " in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args,says", [
+  (("--opts", '[{"op":"UPCAST","axis":0,"amt":5}]'), "ERROR mm8: UPCAST 5 does not divide axis 0 of size 8"),
+  (("--opts", '[{"op":"UPCAST","axis":0,"amt":4}'), "ERROR --opts: not valid JSON: "),
+  (("--opts", '{"op":"UPCAST"}'), "ERROR --opts: expected a JSON list of opts like "),
+  (("--opts", '[{"op":"FOO"}]'), "ERROR --opts: not an opt: "),
+  (("--device", "TPU"), "ERROR --device: device 'TPU' is not available"),
+], ids=["illegal", "bad-json", "not-a-list", "not-an-opt", "no-such-device"])
+def test_run_on_the_cpu_rejects_bad_schedules_with_exit_status_2(files, args, says):
+  r = tunesvc("kernel", "run", str(files / "good.json"), *(() if "--device" in args else ("--device", "CPU")), *args)
+  assert r.returncode == 2 and says in r.stderr and r.stdout == "", r.stdout + r.stderr
+
+
+def test_device_flags_need_a_device_and_schedules_are_exclusive(files):
+  r = tunesvc("kernel", "run", str(files / "good.json"), "--check")
+  assert r.returncode == 2 and "need --device" in r.stderr
+  r = tunesvc("kernel", "run", str(files / "good.json"), "--device", "CPU", "--no-opts", "--hand-coded")
+  assert r.returncode == 2 and "not allowed with argument" in r.stderr

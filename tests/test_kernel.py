@@ -144,3 +144,11 @@ def test_a_split_that_would_stack_a_view_over_symbolic_dims_is_illegal():
   with pytest.raises(OptError, match="symbolic"): k.apply_opt(Opt("THREAD", 0, 3))
   assert k.sts == before
   same_result(k, {"n": 33})
+
+
+def test_copy_is_cheap_and_independent():
+  k = Kernel(conv2d(1, 8, 16, 16, 8, 3, 3, padding=1), CPU)
+  c = k.copy()
+  assert c.ast is k.ast  # shared, not re-validated (pickling replays; copying must not)
+  c.apply_opt(Opt("UPCAST", 0, 2))
+  assert k.applied_opts == [] and k.sts != c.sts

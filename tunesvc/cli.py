@@ -1,10 +1,16 @@
 """The `tunesvc` command line."""
 from __future__ import annotations
-import argparse, gzip, hashlib, json, sys, time
-from typing import Iterator, Optional
+import argparse, gzip, hashlib, json, statistics, sys, time
+from typing import Iterator, NoReturn, Optional
+import numpy as np
+from devices import registry
 from linearizer.ast import KernelAST, KernelValidationError, LazyOp, loads
+from linearizer.fuzz import compare
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.symbolic import render
 from linearizer import reference
+from tunesvc.runtime import compile_kernel
 
 
 def read_documents(path: str) -> Iterator[tuple[str, str]]:
@@ -94,22 +100,64 @@ def _parse_vars(items: Optional[list[str]]) -> dict[str, int]:
   return out
 
 
+def _fail(msg: str) -> NoReturn:
+  print(msg, file=sys.stderr)
+  raise SystemExit(2)
+
+def _parse_opts(text: str) -> list[Opt]:
+  try: opts = json.loads(text)
+  except ValueError as e: _fail(f"ERROR --opts: not valid JSON: {e}")
+  if not isinstance(opts, list): _fail(f'ERROR --opts: expected a JSON list of opts like [{{"op":"UPCAST","axis":0,"amt":4}}], got {text[:80]}')
+  try: return [Opt.from_json(o) for o in opts]
+  except OptError as e: _fail(f"ERROR --opts: {e}")
+
+def _summary(out: np.ndarray) -> str:
+  return f"checksum {hashlib.sha256(out.tobytes()).hexdigest()[:16]} sum {float(out.astype('float64').sum()):.6g}"
+
+RUNS, RUN_BUDGET = 5, 2.0  # the median of up to RUNS timed runs, fewer once they took RUN_BUDGET seconds
+
+def _run_on_device(args, k: KernelAST, name: str, vv: dict[str, int], opts: Optional[list[Opt]]) -> tuple[str, bool]:
+  """(what to print after the name, whether it matched or was not checked) for k run on args.device."""
+  try: dev = registry.get(args.device)
+  except ValueError as e: _fail(f"ERROR --device: {e}")
+  if opts is None: opts = hand_coded_optimizations(Kernel(k, dev.options()))
+  try: src, prog = compile_kernel(k, args.device, opts)
+  except (OptError, dev.CompileError) as e: _fail(f"ERROR {name}: {e}")
+  if args.print_source: print(src)
+  bufs = reference.random_buffers(k, vv, seed=args.seed)
+  want = [b.copy() for b in bufs] if args.check else []
+  times: list[float] = []
+  while len(times) < RUNS and sum(times) < RUN_BUDGET: times.append(prog.time(*bufs, var_vals=[vv[v.name] for v in k.vars]))
+  line = f"{_summary(bufs[0])}  {args.device} {statistics.median(times) * 1e3:.3f} ms (median of {len(times)})  " \
+         f"opts {json.dumps([o.to_json() for o in opts], separators=(',', ':'))}"
+  if not args.check: return line, True
+  reference.run(k, want, vv)
+  msg = compare(k, bufs, want, vv)
+  return line + ("  MATCH" if msg is None else f"  MISMATCH: {msg}"), msg is None
+
 def cmd_run(args) -> int:
   var_args = _parse_vars(args.var)
+  if args.device is None and (args.opts is not None or args.hand_coded or args.no_opts or args.check or args.print_source):
+    _fail("ERROR --opts, --hand-coded, --no-opts, --check and --print-source need --device")
+  opts = [] if args.no_opts else None if args.opts is None else _parse_opts(args.opts)  # None: the hand-coded ones
+  ok = True
   for path in args.files:
     for k in _load_file(path):
       try: vv = k.var_vals({**k.var_vals(), **{n: x for n, x in var_args.items() if n in {v.name for v in k.vars}}})
       except ValueError as e: raise SystemExit(f"ERROR {k.name}: {e}")
       kr = k.rebased()  # allocate only the window of each buffer the kernel reaches
+      at = f" ({', '.join(f'{n}={x}' for n, x in vv.items())})" if vv else ""
+      if args.device is not None:
+        line, matched = _run_on_device(args, kr, k.name or path, vv, opts)
+        ok &= matched
+        print(f"{k.name or path}{at}: {line}")
+        continue
       bufs = reference.random_buffers(kr, vv, seed=args.seed)
       t = time.perf_counter()
       reference.run(kr, bufs, vv)
       dt = time.perf_counter() - t
-      out = bufs[0]
-      at = f" ({', '.join(f'{n}={x}' for n, x in vv.items())})" if vv else ""
-      print(f"{k.name or path}{at}: checksum {hashlib.sha256(out.tobytes()).hexdigest()[:16]} "
-            f"sum {float(out.astype('float64').sum()):.6g}  reference {dt * 1e3:.1f} ms")
-  return 0
+      print(f"{k.name or path}{at}: {_summary(bufs[0])}  reference {dt * 1e3:.1f} ms")
+  return 0 if ok else 1
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -123,10 +171,17 @@ def main(argv: Optional[list[str]] = None) -> int:
   s = kp.add_parser("show", help="print the tree with shapes, dtypes, FLOPs and bytes")
   s.add_argument("file")
   s.set_defaults(fn=cmd_show)
-  r = kp.add_parser("run", help="run in the reference interpreter on seeded random data")
+  r = kp.add_parser("run", help="run on seeded random data: in the reference interpreter, or compiled with --device")
   r.add_argument("files", nargs="+")
   r.add_argument("--var", action="append", metavar="NAME=VALUE", help="bind a variable (default: its midpoint)")
   r.add_argument("--seed", type=int, default=0)
+  r.add_argument("--device", help="compile and run on this device (e.g. CPU): prints the median time and the opts")
+  sched = r.add_mutually_exclusive_group()
+  sched.add_argument("--opts", metavar="JSON", help='the schedule, e.g. \'[{"op":"UPCAST","axis":0,"amt":4}]\'')
+  sched.add_argument("--hand-coded", action="store_true", help="the hand-coded opts (the default with --device)")
+  sched.add_argument("--no-opts", action="store_true", help="the unoptimised kernel")
+  r.add_argument("--check", action="store_true", help="compare with the reference: MATCH, or MISMATCH and exit status 1")
+  r.add_argument("--print-source", action="store_true", help="print the generated source")
   r.set_defaults(fn=cmd_run)
   args = p.parse_args(argv)
   return args.fn(args)

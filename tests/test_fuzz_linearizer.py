@@ -1,0 +1,103 @@
+"""The linearizer fuzzer (bench/fuzz_linearizer.py over linearizer/fuzz.py): a bounded run over the corpus, the examples
+and builder kernels must find nothing; planted bugs must be classified, saved and replayed; under AddressSanitizer,
+masked and padded kernels must never touch memory outside their buffers."""
+import json, os, random, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+from devices import cpu
+from linearizer import builders as B
+from linearizer.fuzz import Case, draw_opts, draw_var_vals, positions
+from linearizer.kernel import Kernel, Opt, OptError
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import fuzz_linearizer as F  # noqa: E402
+
+
+def planted_cc(tmp_path: Path, first: str = "", last: str = "") -> dict[str, str]:
+  """Environment whose C compiler is the real one on a planted source: `first` goes in as the kernel's first line,
+  `last` as its last. Workers and replays started with it inherit the bug."""
+  cc = tmp_path / "planted-cc"
+  cc.write_text(f"#!/bin/sh\nsed -e '/^void kernel(/a\\\n{first}' -e '$i\\\n{last}' | exec {shutil.which('cc')} \"$@\"\n")
+  cc.chmod(0o755)
+  return {"TUNESVC_CC": str(cc), "TUNESVC_CACHE_DIR": str(tmp_path / "cache")}
+
+def fuzz_script(*args: str, env: dict[str, str] = {}) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_linearizer.py"), *args], capture_output=True, text=True,
+                        cwd=ROOT, timeout=300, env={**os.environ, **env})
+
+
+def test_a_bounded_fuzz_run_finds_no_failures():
+  kernels, skipped = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=80, seed=0, max_positions=1_000_000)
+  assert len(kernels) > 700 and skipped > 0
+  failures: list[str] = []
+  with F.Pool(jobs=2, max_positions=1_000_000) as pool:
+    counts = F.fuzz(pool, kernels, 320, seed=0, out=None, log=failures.append)
+  table = F.table(counts)
+  assert sum(counts["PASS"].values()) == 320, table + "\n" + "\n".join(failures)
+  assert set(counts["PASS"]) == {"corpus", "examples", "builders"}, table
+
+
+@pytest.mark.parametrize("first,last,status,says", [
+  ("", "  data0[0] += 1;", "MISMATCH", "elements differ"),
+  ("  *(volatile int*)0 = 0;", "", "RUN_ERROR", "killed by SIGSEGV running the program"),
+  ("  volatile int spin = 1; while (spin) {}", "", "RUN_ERROR", "timed out after 2 s running the program")],
+  ids=["garbage", "segfault", "hang"])
+def test_planted_bugs_are_classified_saved_and_replayed(tmp_path, first, last, status, says):
+  (tmp_path / "mm.json").write_text(json.dumps(B.matmul(8, 8, 8, name="mm8").to_json()))
+  env, out = planted_cc(tmp_path, first, last), tmp_path / "failures"
+  r = fuzz_script("--corpus", str(tmp_path / "mm.json"), "--builders", "0", "--cases", "2", "--jobs", "1", "--timeout", "2",
+                  "--out", str(out), env=env)
+  assert r.returncode == 1, r.stdout + r.stderr
+  assert f"{status:<14}      2" in r.stdout and says in r.stdout, r.stdout  # the fuzzer survived both, and says so
+  files = sorted(out.glob(f"{status}-mm_mm8-*.json"))
+  assert len(files) == 2
+  rec = json.loads(files[0].read_text())
+  assert rec["status"] == status and rec["kernel"]["name"] == "mm8" and rec["device"] == "CPU" and says in rec["message"]
+  again = fuzz_script("--replay", str(files[0]), "--print-source", "--timeout", "2", env=env)
+  assert again.returncode == 1 and f"\n{status}: " in again.stdout and says in again.stdout, again.stdout + again.stderr
+  assert "void kernel(" in again.stdout
+  fixed = fuzz_script("--replay", str(files[0]), env={"TUNESVC_CACHE_DIR": env["TUNESVC_CACHE_DIR"]})  # the real compiler
+  assert fixed.returncode == 0 and "\nPASS" in fixed.stdout, fixed.stdout + fixed.stderr
+
+
+def test_a_worker_that_raises_reports_error_with_the_traceback():
+  bad = Case(B.matmul(4, 4, 4).to_json(), [Opt("UPCAST", 0, 2)], {"nope": 1}, 0, "bad-vars")
+  with F.Pool(jobs=1) as pool: (got,) = pool.run([bad])
+  assert got.status == "ERROR" and "unknown variables ['nope']" in got.message
+
+
+# ---------------------------------------------------------------- AddressSanitizer
+
+def test_asan_catches_a_read_one_past_the_end_of_an_exact_buffer(tmp_path, monkeypatch):
+  k = B.kernel(B.alu("NEG", B.ld(1, (13,))))  # a 13-float input
+  for idx, status in ((12, "PASS"), (13, "RUN_ERROR")):
+    (tmp_path / str(idx)).mkdir()
+    for key, v in planted_cc(tmp_path / str(idx), f"  ((volatile float*)data1)[{idx}];").items(): monkeypatch.setenv(key, v)
+    with F.Pool(jobs=1, asan=True) as pool: (got,) = pool.run([Case(k.to_json(), [], {}, 0, "oob")])
+    assert got.status == status, got.message
+  assert "heap-buffer-overflow" in got.message and "READ of size 4" in got.message
+
+
+def test_masked_kernels_under_padto_schedules_stay_inside_their_buffers_under_asan(corpus):
+  rng = random.Random(0)
+  opts = cpu.options()
+  masked = [k for k in corpus if positions(k, {v.name: v.min for v in k.vars}) < 100_000 and
+            any(v.mask is not None for n in k.nodes if n.op in ("LOAD", "CONST") for v in n.arg.st.views)]
+  cases = []
+  for k in rng.sample(masked, len(masked)):
+    kern = Kernel(k.rebased(), opts)
+    for axis, amt in rng.sample([(a, m) for a in range(kern.shape_len) for m in (2, 3, 4, 8, 16)], kern.shape_len * 5):
+      try: kern.apply_opt(Opt("PADTO", axis, amt))
+      except OptError: continue
+      break
+    if not kern.applied_opts: continue
+    vv = draw_var_vals(k, rng, 100_000)
+    cases.append(Case(k.to_json(), draw_opts(kern, rng), vv, rng.getrandbits(32), k.name))
+    if len(cases) == 30: break
+  assert len(cases) == 30
+  with F.Pool(jobs=2, asan=True) as pool:
+    done = list(pool.run(cases))
+    exitcodes = pool.close()
+  assert [c for c in done if c.status != "PASS"] == []
+  assert exitcodes == [0, 0]  # every worker, each of which ran its cases in the ASan runtime, exits 0
