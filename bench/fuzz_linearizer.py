@@ -196,7 +196,7 @@ def kernel_pool(paths: Iterable[str], builders: int, seed: int, max_positions: i
   docs = []
   for p in paths:
     for f in sorted(Path(p).glob("*.json")) if Path(p).is_dir() else [Path(p)]:
-      src = {CORPUS: "corpus", EXAMPLES: "examples"}.get(Path(p).resolve(), re.sub(r"(\.jsonl?)?(\.gz)?$", "", Path(p).name))
+      src = {CORPUS.resolve(): "corpus", EXAMPLES.resolve(): "examples"}.get(Path(p).resolve(), re.sub(r"(\.jsonl?)?(\.gz)?$", "", Path(p).name))
       docs += [(f"{src}:{(k := loads(text)).name or label}", k) for label, text in read_documents(str(f))]
   rng = random.Random(seed)
   docs += [(f"builders:{i}:{(k := builder_kernel(rng)).name}", k) for i in range(builders)]
