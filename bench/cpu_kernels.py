@@ -288,7 +288,7 @@ def machine(tg_info: Optional[dict], tg_dev: str, tg_why: str) -> list[str]:
 def report(results: list[dict], cmd: str, facts: list[str], args) -> str:
   when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
   lines = [f"Command: `{cmd}`", f"Date: {when}", "", *facts,
-           f"- method: per kernel, " + ("contenders one after the other (--blocked)" if args.blocked else
+           "- method: per kernel, " + ("contenders one after the other (--blocked)" if args.blocked else
            f"contenders in rounds of turns (none, hand, numpy, tinygrad, none, ...); a turn is one untimed run, then timed runs "
            f"for {args.turn:g} s (at least one)") + f"; until each has {args.min_time:g} s of timed runs and >= {args.min_runs} runs, "
            f"or {args.max_runs} runs (all take their turn in every round, so fast ones may pass it); median shown", "",
