@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from linearizer import reference
 from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, red, reduce, st, symbolic_sum
+from linearizer.fuzz import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8
 from linearizer.kernel import Opt
 from tunesvc.runtime import compile_kernel, run_kernel
@@ -21,8 +22,7 @@ def check(k, inputs=None, opts=(), var_vals=None, seed=0):
   want = [b.copy() for b in bufs]
   reference.run(k, want, vv)
   run_kernel(k, bufs, opts=list(opts), var_vals=vv)
-  n = math.prod(k.shape_at(k.reduceop.src[0].shape, vv)) // max(1, math.prod(k.shape_at(k.output_shape, vv))) if k.reduceop else 1
-  assert reference.mismatch(bufs[0], want[0], k.ast.arg.dtype, n) is None, reference.mismatch(bufs[0], want[0], k.ast.arg.dtype, n)
+  assert (msg := compare(k, bufs, want, vv)) is None, msg
   return bufs[0]
 
 
