@@ -35,12 +35,6 @@ def positions(k: KernelAST, var_vals: Mapping[str, int]) -> int:
   """Full-shape positions at var_vals: what a reference run costs."""
   return math.prod(k.shape_at(k.full_shape, var_vals))
 
-def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
-  """Elements summed into each output element (1 without a reduce): what the float tolerance grows with."""
-  if k.reduceop is None: return 1
-  return math.prod(k.shape_at(k.reduceop.src[0].shape, var_vals)) // max(1, math.prod(k.shape_at(k.output_shape, var_vals)))
-
-
 def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int]) -> Optional[str]:
   """None if a device's buffers agree with the reference's (both started as the same random_buffers), else what
   differs: the output by `reference.mismatch` (within `expected_range` for a float SUM), where it was written (the
@@ -50,7 +44,7 @@ def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
     gp, wp = reference.is_poison(got[0], dt), reference.is_poison(want[0], dt)
     if (bad := np.flatnonzero(gp != wp)).size:
       return f"{bad.size} of {wp.size} elements {'not written' if gp[bad[0]] else 'written where the reference writes none'}; first at {bad[0]}"
-  n = reduce_size(k, var_vals)
+  n = reference.reduce_size(k, var_vals)
   if msg := reference.mismatch(got[0], want[0], dt, n):  # only then the dearer range a SUM summed in another order may reach
     msg = reference.mismatch(got[0], want[0], dt, n, *reference.expected_range(k, want, var_vals)[1:])
   if msg: return msg

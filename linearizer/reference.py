@@ -91,6 +91,12 @@ def is_poison(x: np.ndarray, d: DType) -> np.ndarray:
 
 FLOAT_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}  # ~16 ulp at 1.0
 
+def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
+  """Elements summed into each output element (1 without a reduce): what the float tolerance grows with."""
+  if k.reduceop is None: return 1
+  return math.prod(k.shape_at(k.reduceop.src[0].shape, var_vals)) // max(1, math.prod(k.shape_at(k.reduceop.shape, var_vals)))
+
+
 def expected_range(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None):
   """(want, lo, hi) for the output: the reference, and the range a correct kernel may produce by
   summing its float SUM in another order -- the SUM moved by 16 ulp x sqrt(n) of the magnitude of
@@ -101,8 +107,7 @@ def expected_range(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: O
   red = kernel.reduceop
   shifts = [0.0]
   if red is not None and red.arg.fn == "SUM" and red.dtype.is_float:
-    n = math.prod(kernel.shape_at(red.src[0].shape, vv)) // max(1, math.prod(kernel.shape_at(red.shape, vv)))
-    rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(n))
+    rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv)))
     shifts += [-rel, rel]
   for p in shifts:
     out = [buffers[0].copy()] + list(buffers[1:])
