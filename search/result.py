@@ -1,0 +1,69 @@
+"""What a search returns and stores: every candidate it measured, the winner, the baseline. Plain data with a JSON form
+(the store, the API and the cache keep exactly `to_json()`), so nothing downstream imports the search machinery."""
+from __future__ import annotations
+from dataclasses import asdict, dataclass, field, fields
+from typing import Optional
+
+# candidate statuses: ok (timed and verified), slow (timing stopped early: clearly slower than the best, unverified),
+# and the failures, each with its error text
+OK, SLOW = "ok", "slow"
+FAILURES = ("compile_error", "too_large", "timeout", "crash", "mismatch", "run_error")
+
+
+@dataclass
+class Candidate:
+  opts: list[dict]                      # [{"op", "axis", "amt"}], applied in order to the unoptimised kernel
+  status: str                           # OK, SLOW or one of FAILURES
+  round: int = 0                        # 0: the seeds (unoptimised, hand-coded); n: the n-th beam expansion
+  source_hash: str = ""                 # sha256 of the rendered source, the duplicate filter's key
+  error: str = ""
+  compile_s: float = 0.0
+  times_s: list[float] = field(default_factory=list)  # every timed run, in order
+  verified: bool = False                # its output matched the reference
+
+  @property
+  def min_s(self) -> Optional[float]: return min(self.times_s) if self.times_s else None
+  @property
+  def failed(self) -> bool: return self.status in FAILURES
+
+  def to_json(self) -> dict: return {**asdict(self), "min_s": self.min_s}
+  @staticmethod
+  def from_json(d: dict) -> Candidate: return Candidate(**{f.name: d[f.name] for f in fields(Candidate) if f.name in d})
+
+
+@dataclass
+class SearchResult:
+  kernel_key: str
+  kernel_name: str
+  device: str                           # backend name, e.g. "CPU"
+  fingerprint: dict                     # the device's fingerprint, and its hash: a result is only valid where it matches
+  fingerprint_hash: str
+  action_space_version: int
+  settings: dict                        # beam width, budgets, seed, threshold: what produced this result
+  var_vals: dict[str, int]              # where a symbolic kernel was tuned
+  flops: int
+  bytes: int
+  baseline_opts: list[dict]             # the hand-coded schedule
+  baseline_s: float                     # medians of the final interleaved re-timing
+  best_opts: list[dict]
+  best_s: float
+  speedup: float                        # baseline_s / best_s
+  speedup_spread: tuple[float, float]   # (low, high): the speedup's range over the final check's rounds
+  verified: bool                        # the winner's output matched the reference on this device
+  best_source: str
+  search_s: float
+  candidates: list[Candidate] = field(default_factory=list)
+
+  @property
+  def failed(self) -> int: return sum(c.failed for c in self.candidates)
+  @property
+  def candidates_per_s(self) -> float: return len(self.candidates) / self.search_s if self.search_s > 0 else 0.0
+
+  def to_json(self) -> dict:
+    d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "candidates"}
+    return {**d, "speedup_spread": list(self.speedup_spread), "failed": self.failed, "candidates_per_s": self.candidates_per_s,
+            "candidates": [c.to_json() for c in self.candidates]}
+  @staticmethod
+  def from_json(d: dict) -> SearchResult:
+    kw = {f.name: d[f.name] for f in fields(SearchResult) if f.name != "candidates"}
+    return SearchResult(**{**kw, "speedup_spread": tuple(d["speedup_spread"])}, candidates=[Candidate.from_json(c) for c in d["candidates"]])
