@@ -212,7 +212,7 @@ def bench_kernel(name: str, args, tg: Optional[Tinygrad], tmp: Path, rng: np.ran
     try: scheds["hand"] = list(hand_coded_optimizations(Kernel(ast, cpu.options())))
     except Exception as e: res["notes"]["hand"] = f"heuristic failed: {tg_note(e)}"
   for who, opts in scheds.items():
-    _, prg = compile_kernel(ast, "CPU", opts)
+    _, prg, _ = compile_kernel(ast, "CPU", opts)
     out = cpu.alloc(sizes[0], np.float32)
     out[:] = poison(float32, sizes[0])  # an element the kernel never writes shows as poison
     prg(out, *ins)

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))  # runnable without installing the package
 from devices import registry
 from linearizer import reference
 from linearizer.ast import KernelAST, load, loads
-from linearizer.fuzz import Case, allowed_ops, builder_kernel, compare, draw_case, positions
-from linearizer.kernel import Kernel, OptError
+from linearizer.fuzz import Case, builder_kernel, compare, draw_case, positions
+from linearizer.kernel import Kernel, OptError, allowed_ops
 from linearizer.lower import lower
 from linearizer.render_c import render_c
 from tunesvc.cli import read_documents
@@ -57,7 +57,7 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
   if bad := [o for o in kern.applied_opts if o.op not in allowed_ops(kern.options)]: return "ILLEGAL_OPT", f"{device} accepted {bad[0]}"
   try: src = render_c(lower(kern, "kernel"))
   except OptError as e: return "OPT_ERROR", f"accepted, then lowering raised: {e}"
-  try: prog = dev.CPUProgram(dev.compile_c(src, flags), "kernel")
+  try: prog = dev.Program(dev.compile(src, flags), "kernel")
   except dev.CompileError as e: return "COMPILE_ERROR", str(e)
   bufs = reference.random_buffers(k, vv, case.seed)
   want = [b.copy() for b in bufs]

@@ -1,4 +1,7 @@
-"""The CPU backend: C compiler with an on-disk cache, ctypes program loader, aligned allocator, timer, fingerprint."""
+"""The CPU backend: C compiler with an on-disk cache, ctypes program loader, aligned allocator, timer, fingerprint.
+
+Every backend module gives the same names: available, options, fingerprint, render (linear IR -> source),
+compile (source -> binary, no device state: it runs in compile workers), Program (binary -> callable), alloc."""
 from __future__ import annotations
 import ctypes, functools, hashlib, json, os, platform, shutil, subprocess, tempfile, time
 from pathlib import Path
@@ -6,6 +9,7 @@ from typing import Sequence
 import numpy as np
 import numpy.typing as npt
 from linearizer.options import LinearizerOptions
+from linearizer.render_c import render_c as render  # noqa: F401  (the device interface's renderer)
 
 # -fwrapv: signed overflow wraps (the reference semantics), so the optimiser may not assume it away.
 # -ffp-contract=off: no silent a*b+c -> fma; results stay bitwise equal to the reference's op-by-op rounding and
@@ -49,7 +53,7 @@ def _target(cc: str, flags: tuple[str, ...]) -> str:
   macros = _run([_compiler(cc)[0], *flags, "-E", "-dM", "-x", "c", "/dev/null"])
   return hashlib.sha256("\n".join(sorted(macros.splitlines())).encode()).hexdigest()[:16]
 
-def compile_c(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> bytes:
+def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> bytes:
   """C source -> shared library bytes, cached on disk; no device state, so it runs in any worker process."""
   cc = _cc()
   path, real, version = _compiler(cc)
@@ -76,7 +80,7 @@ def _cint(v: int) -> ctypes.c_int:
   if not isinstance(v, (int, np.integer)) or not -2**31 <= v < 2**31: raise ValueError(f"var value {v!r} is not a C int")
   return ctypes.c_int(int(v))
 
-class CPUProgram:
+class Program:
   """Entry point `void name(T0* restrict data0, T1* data1, ..., int var0, ...)` of a compiled library."""
   def __init__(self, lib: bytes, name: str):
     # dlopen returns an already-loaded library whose path matches, and temp names get reused: the content hash in

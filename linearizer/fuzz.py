@@ -13,7 +13,7 @@ from linearizer import builders as B
 from linearizer import reference
 from linearizer.ast import KernelAST
 from linearizer.dtypes import DTYPES
-from linearizer.kernel import OPTOPS, Kernel, Opt, OptError
+from linearizer.kernel import OPTOPS, Kernel, Opt, OptError, allowed_ops
 from linearizer.options import LinearizerOptions
 
 AMTS = (0, 2, 3, 4, 5, 7, 8, 16, 32)  # 0: the whole axis; odd ones mostly fail to divide, and must say so
@@ -23,22 +23,16 @@ MAX_LANE_NODES = 4096  # upcast lanes x AST nodes: beyond this one case compiles
 ILLEGAL_RATE = 0.15    # share of draws from the ops the device lacks, each of which must raise OptError
 
 
-def allowed_ops(o: LinearizerOptions) -> tuple[str, ...]:
-  """The opt ops a device may accept (each one still has its own preconditions)."""
-  return tuple(op for op, ok in (("UPCAST", True), ("UNROLL", True), ("PADTO", True), ("THREAD", o.has_threads),
-                                 ("LOCAL", o.has_local), ("NOLOCALS", o.has_local), ("GROUP", o.has_local and o.has_shared),
-                                 ("GROUPTOP", o.has_local and o.has_shared), ("UPCASTMID", o.has_local and o.has_shared),
-                                 ("TC", bool(o.tensor_cores))) if ok)
-
-
 def positions(k: KernelAST, var_vals: Mapping[str, int]) -> int:
   """Full-shape positions at var_vals: what a reference run costs."""
   return math.prod(k.shape_at(k.full_shape, var_vals))
 
-def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int]) -> Optional[str]:
+def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int],
+            bounds: Optional[tuple] = None) -> Optional[str]:
   """None if a device's buffers agree with the reference's (both started as the same random_buffers), else what
-  differs: the output by `reference.mismatch` (within `expected_range` for a float SUM), where it was written (the
-  output starts poisoned), and the inputs, which a kernel must leave as they were."""
+  differs: the output by `reference.mismatch` (within `expected_range` for a float SUM, or `bounds`, its (lo, hi) when
+  the caller computed them once for many checks), where it was written (the output starts poisoned), and the inputs,
+  which a kernel must leave as they were."""
   dt = k.ast.arg.dtype
   if dt.is_float:  # mismatch lets NaN equal NaN; the poison's payload tells unwritten from computed
     gp, wp = reference.is_poison(got[0], dt), reference.is_poison(want[0], dt)
@@ -46,7 +40,7 @@ def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
       return f"{bad.size} of {wp.size} elements {'not written' if gp[bad[0]] else 'written where the reference writes none'}; first at {bad[0]}"
   n = reference.reduce_size(k, var_vals)
   if msg := reference.mismatch(got[0], want[0], dt, n):  # only then the dearer range a SUM summed in another order may reach
-    msg = reference.mismatch(got[0], want[0], dt, n, *reference.expected_range(k, want, var_vals)[1:])
+    msg = reference.mismatch(got[0], want[0], dt, n, *(bounds or reference.expected_range(k, want, var_vals)[1:]))
   if msg: return msg
   for b, (x, y) in enumerate(zip(got[1:], want[1:]), 1):
     if not np.array_equal(x.view(np.uint8), y.view(np.uint8)): return f"input buffer {b} was modified"

@@ -43,6 +43,14 @@ class Opt:
     return Opt(d["op"], d.get("axis"), d.get("amt"))
 
 
+def allowed_ops(o: LinearizerOptions) -> tuple[str, ...]:
+  """The opt ops a device may accept (each one still has its own preconditions)."""
+  return tuple(op for op, ok in (("UPCAST", True), ("UNROLL", True), ("PADTO", True), ("THREAD", o.has_threads),
+                                 ("LOCAL", o.has_local), ("NOLOCALS", o.has_local), ("GROUP", o.has_local and o.has_shared),
+                                 ("GROUPTOP", o.has_local and o.has_shared), ("UPCASTMID", o.has_local and o.has_shared),
+                                 ("TC", bool(o.tensor_cores))) if ok)
+
+
 def check(cond: bool, msg: str) -> None:
   if not cond: raise OptError(msg)
 

@@ -34,9 +34,9 @@ class UOp:
 
 
 class Program:
-  """The linear IR of one kernel: uops in order, its buffers and variables."""
-  def __init__(self, name: str, uops: list[UOp], buffers: list[tuple[int, DType]], vars: list[Var]):
-    self.name, self.uops, self.buffers, self.vars = name, uops, buffers, vars
+  """The linear IR of one kernel: uops in order, its buffers and variables, and the opts it was scheduled with."""
+  def __init__(self, name: str, uops: list[UOp], buffers: list[tuple[int, DType]], vars: list[Var], opts: tuple = ()):
+    self.name, self.uops, self.buffers, self.vars, self.opts = name, uops, buffers, vars, opts
 
 
 def _identity(fn: str, dt: DType):
@@ -148,7 +148,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     idx, valid = index(st_of[k.ast.ast.arg], l)
     if valid != 0: emit(UOp("STORE", None, (v,), (0, lane0(idx), valid), W), dedup=False)
   for _ in outer: emit(UOp("ENDLOOP", None), dedup=False)
-  return Program(name, uops, bufs, list(k.ast.vars))
+  return Program(name, uops, bufs, list(k.ast.vars), tuple(k.applied_opts))
 
 
 def vectorisable(ast: KernelAST) -> bool:

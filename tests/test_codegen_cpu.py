@@ -102,7 +102,7 @@ def test_schedules_keep_matmul_and_conv_results(opts):
 
 def test_symbolic_kernel_takes_its_variable_as_an_argument():
   k = symbolic_sum(rows=4, var=("n", 1, 64))
-  src, _ = compile_kernel(k, "CPU", [Opt("UPCAST", 0, 2)])
+  src, _, _ = compile_kernel(k, "CPU", [Opt("UPCAST", 0, 2)])
   assert "int n)" in src
   for n in (1, 17, 64): check(k, var_vals={"n": n}, opts=[Opt("UPCAST", 0, 2)])
 
@@ -121,3 +121,18 @@ def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus)
     used |= {o.op for o in opts}
     check(k, opts=opts)
   assert {"UPCAST", "UNROLL"} <= used
+
+
+def test_run_kernel_without_opts_runs_the_hand_coded_schedule():
+  from devices import cpu
+  from linearizer.heuristic import hand_coded_optimizations
+  from linearizer.kernel import Kernel
+  k = matmul(64, 48, 80)
+  _, _, opts = compile_kernel(k, "CPU")
+  assert opts == hand_coded_optimizations(Kernel(k, cpu.options())) and opts
+  check(k, opts=opts)
+  vv = k.var_vals()
+  bufs, want = reference.random_buffers(k, vv, 3), reference.random_buffers(k, vv, 3)
+  reference.run(k, want, vv)
+  run_kernel(k, bufs)
+  assert (msg := compare(k, bufs, want, vv)) is None, msg

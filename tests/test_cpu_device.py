@@ -2,7 +2,7 @@ import os, pickle
 import numpy as np
 import pytest
 from devices import cpu, registry
-from devices.cpu import CompileError, CPUProgram, alloc, compile_c
+from devices.cpu import CompileError, Program, alloc
 from linearizer.options import LinearizerOptions
 
 DOUBLE = "void k(float* restrict out, const float* a, int n){ for(int i=0;i<n;i++) out[i]=a[i]*2; }"
@@ -13,7 +13,7 @@ def cache(tmp_path, monkeypatch):
   monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path / "cache"))
   return tmp_path / "cache"
 
-def prog(src: str, name: str = "k", flags=cpu.DEFAULT_FLAGS) -> CPUProgram: return CPUProgram(compile_c(src, flags), name)
+def prog(src: str, name: str = "k", flags=cpu.DEFAULT_FLAGS) -> Program: return Program(cpu.compile(src, flags), name)
 
 
 def test_compile_and_run():
@@ -24,23 +24,23 @@ def test_compile_and_run():
   assert isinstance(t := prog(DOUBLE).time(out, a, var_vals=[1000]), float) and 0 < t < 1
 
 def test_cache_hit_and_keys(cache):
-  lib = compile_c(DOUBLE)
+  lib = cpu.compile(DOUBLE)
   assert lib[:4] == b"\x7fELF" and [p.read_bytes() for p in cache.iterdir()] == [lib]  # no temp files left
   next(cache.iterdir()).write_bytes(b"from cache")
-  assert compile_c(DOUBLE) == b"from cache"
-  compile_c(DOUBLE, cpu.DEFAULT_FLAGS[1:])   # other flags, other entry
-  compile_c(DOUBLE + "\n")                   # other source, other entry
+  assert cpu.compile(DOUBLE) == b"from cache"
+  cpu.compile(DOUBLE, cpu.DEFAULT_FLAGS[1:])   # other flags, other entry
+  cpu.compile(DOUBLE + "\n")                   # other source, other entry
   assert len(list(cache.iterdir())) == 3
 
 def test_compile_error(cache):
-  with pytest.raises(CompileError, match="no_such_identifier"): compile_c("void k(float* out){ out[0] = no_such_identifier; }")
-  with pytest.raises(CompileError, match="timed out"): compile_c(DOUBLE, timeout=0.001)
-  with pytest.raises(CompileError, match="failed"): compile_c(DOUBLE, ("-shared", "--no-such-flag"))
+  with pytest.raises(CompileError, match="no_such_identifier"): cpu.compile("void k(float* out){ out[0] = no_such_identifier; }")
+  with pytest.raises(CompileError, match="timed out"): cpu.compile(DOUBLE, timeout=0.001)
+  with pytest.raises(CompileError, match="failed"): cpu.compile(DOUBLE, ("-shared", "--no-such-flag"))
   assert not cache.exists() or list(cache.iterdir()) == []
 
 def test_missing_compiler(monkeypatch):
   monkeypatch.setenv("TUNESVC_CC", "no-such-cc-tunesvc")
-  with pytest.raises(CompileError, match="not found"): compile_c(DOUBLE)
+  with pytest.raises(CompileError, match="not found"): cpu.compile(DOUBLE)
   assert not cpu.available() and registry.available() == []
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.float32, np.float64, np.complex128])

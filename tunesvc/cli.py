@@ -6,8 +6,7 @@ import numpy as np
 from devices import registry
 from linearizer.ast import KernelAST, KernelValidationError, LazyOp, loads
 from linearizer.fuzz import compare
-from linearizer.heuristic import hand_coded_optimizations
-from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.kernel import Opt, OptError
 from linearizer.symbolic import render
 from linearizer import reference
 from tunesvc.runtime import compile_kernel
@@ -120,8 +119,7 @@ def _run_on_device(args, k: KernelAST, name: str, vv: dict[str, int], opts: Opti
   """(what to print after the name, whether it matched or was not checked) for k run on args.device."""
   try: dev = registry.get(args.device)
   except ValueError as e: _fail(f"ERROR --device: {e}")
-  if opts is None: opts = hand_coded_optimizations(Kernel(k, dev.options()))
-  try: src, prog = compile_kernel(k, args.device, opts)
+  try: src, prog, opts = compile_kernel(k, args.device, opts)
   except (OptError, dev.CompileError) as e: _fail(f"ERROR {name}: {e}")
   if args.print_source: print(src)
   bufs = reference.random_buffers(k, vv, seed=args.seed)
