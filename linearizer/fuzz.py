@@ -34,6 +34,7 @@ def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
   the caller computed them once for many checks), where it was written (the output starts poisoned), and the inputs,
   which a kernel must leave as they were."""
   dt = k.ast.arg.dtype
+  if np.array_equal(got[0].view(np.uint8), want[0].view(np.uint8)): return _inputs_changed(got, want)  # the common case, cheaply
   if dt.is_float:  # mismatch lets NaN equal NaN; the poison's payload tells unwritten from computed
     gp, wp = reference.is_poison(got[0], dt), reference.is_poison(want[0], dt)
     if (bad := np.flatnonzero(gp != wp)).size:
@@ -41,10 +42,11 @@ def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
   n = reference.reduce_size(k, var_vals)
   if msg := reference.mismatch(got[0], want[0], dt, n):  # only then the dearer range a SUM summed in another order may reach
     msg = reference.mismatch(got[0], want[0], dt, n, *(bounds or reference.expected_range(k, want, var_vals)[1:]))
-  if msg: return msg
-  for b, (x, y) in enumerate(zip(got[1:], want[1:]), 1):
-    if not np.array_equal(x.view(np.uint8), y.view(np.uint8)): return f"input buffer {b} was modified"
-  return None
+  return msg or _inputs_changed(got, want)
+
+def _inputs_changed(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Optional[str]:
+  return next((f"input buffer {b} was modified" for b, (x, y) in enumerate(zip(got[1:], want[1:]), 1)
+               if not np.array_equal(x.view(np.uint8), y.view(np.uint8))), None)
 
 
 @dataclass

@@ -158,6 +158,56 @@ def cmd_run(args) -> int:
   return 0 if ok else 1
 
 
+def _rate(r) -> str:
+  """GFLOP/s for compute-bound kernels (more FLOPs than bytes), else GB/s, at the best time."""
+  return f"{r.flops / r.best_s / 1e9:.1f} GFLOP/s" if r.flops >= r.bytes else f"{r.bytes / r.best_s / 1e9:.1f} GB/s"
+
+def _opts_text(opts: list[dict]) -> str: return " ".join(f"{o['op']}{'' if o['axis'] is None else o['axis']}:{o['amt']}" for o in opts) or "-"
+
+def cmd_tune(args) -> int:
+  from rich.console import Console
+  from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+  from rich.table import Table
+  from search.actions import ACTION_SPACE_VERSION
+  from search.cache import ResultCache
+  from search.tune import SearchError, SearchSettings, tune
+  try: dev = registry.get(args.device)
+  except ValueError as e: _fail(f"ERROR --device: {e}")
+  settings = SearchSettings(beam=args.beam, budget_s=args.budget_s, budget_candidates=args.budget_candidates, seed=args.seed)
+  fp_hash = dev.fingerprint_hash(dev.fingerprint())
+  cache = ResultCache()
+  err = Console(stderr=True)
+  table = Table("kernel", "baseline", "best", "rate", "speedup", "candidates", "failed", "search", "opts", title=f"tuned on {args.device}")
+  ok = True
+  for path in args.files:
+    for k in _load_file(path):
+      name = k.name or path
+      r = None if args.no_cache else cache.get(k.key, fp_hash, ACTION_SPACE_VERSION)
+      cached = r is not None
+      if r is None:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+                      disable=args.json or not err.is_terminal) as bar:
+          task = bar.add_task(f"{name}: reference")
+          show = lambda n, best: bar.update(task, description=f"{name}: {n} candidates, best {'-' if best is None else f'{best * 1e3:.3f} ms'}")
+          try: r = tune(k, args.device, settings, progress=show)
+          except SearchError as e:
+            ok = False
+            print(json.dumps({"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": str(e)}) if args.json else f"FAILED {name}: {e}")
+            continue
+        cache.put(r)
+      if args.json:
+        print(json.dumps({"kernel_key": r.kernel_key, "kernel_name": name, "device": r.device, "fingerprint": r.fingerprint_hash,
+                          "action_space_version": r.action_space_version, "baseline_s": r.baseline_s, "best_s": r.best_s,
+                          "best_opts": r.best_opts, "speedup": r.speedup, "speedup_spread": list(r.speedup_spread),
+                          "candidates": len(r.candidates), "failed": r.failed, "search_s": r.search_s, "verified": r.verified, "cached": cached}))
+      else:
+        lo, hi = r.speedup_spread
+        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", _rate(r), f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f})",
+                      str(len(r.candidates)), str(r.failed), "cached" if cached else f"{r.search_s:.1f} s", _opts_text(r.best_opts))
+  if not args.json: Console().print(table)
+  return 0 if ok else 1
+
+
 def main(argv: Optional[list[str]] = None) -> int:
   p = argparse.ArgumentParser(prog="tunesvc", description="Kernel autotuning service.")
   sub = p.add_subparsers(dest="cmd", required=True)
@@ -181,6 +231,16 @@ def main(argv: Optional[list[str]] = None) -> int:
   r.add_argument("--check", action="store_true", help="compare with the reference: MATCH, or MISMATCH and exit status 1")
   r.add_argument("--print-source", action="store_true", help="print the generated source")
   r.set_defaults(fn=cmd_run)
+  t = sub.add_parser("tune", help="search the fastest verified schedule of each kernel on a device (results cached on disk)")
+  t.add_argument("files", nargs="+")
+  t.add_argument("--device", default="CPU")
+  t.add_argument("--beam", type=int, default=4, help="beam width (default 4)")
+  t.add_argument("--budget-s", type=float, default=120.0, help="search time per kernel, seconds (default 120)")
+  t.add_argument("--budget-candidates", type=int, help="candidates measured per kernel, at most")
+  t.add_argument("--seed", type=int, default=0, help="seed of the input data")
+  t.add_argument("--json", action="store_true", help="one JSON object per kernel")
+  t.add_argument("--no-cache", action="store_true", help="search even where a cached result exists (and replace it)")
+  t.set_defaults(fn=cmd_tune)
   args = p.parse_args(argv)
   return args.fn(args)
 

@@ -1,0 +1,44 @@
+"""The action space: every opt the search may append to a schedule, in a fixed order, under a version.
+
+A stored result names the version it was searched under; change the list (or what an action means) and bump
+ACTION_SPACE_VERSION, so results searched over another space are never reused as if they were this one's."""
+from __future__ import annotations
+import math
+from typing import Iterator
+from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
+from linearizer.options import LinearizerOptions
+
+ACTION_SPACE_VERSION = 1
+
+# (op, axes, amounts); amount 0 takes the whole axis. Widths 8 and 16 are the AVX2/AVX-512 float vectors.
+_SPACE: tuple[tuple[str, range, tuple[int, ...]], ...] = (
+  ("UPCAST", range(8), (0, 2, 3, 4, 8, 16)),
+  ("UNROLL", range(5), (0, 2, 4, 8, 16)),
+  ("LOCAL", range(6), (2, 3, 4, 8, 16, 32)),
+  ("GROUP", range(3), (0, 4, 8, 16)),
+  ("GROUPTOP", range(3), (16, 32, 64, 128, 256)),
+  ("UPCASTMID", range(2), (2, 4)),
+  ("PADTO", range(7), (8, 16, 32)),
+  ("THREAD", range(3), (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)),
+  ("TC", range(1), (0,)),
+)
+ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE for a in axes for amt in amts) + (Opt("NOLOCALS"),)
+
+MAX_UPCAST = 128     # elements per thread: more spills registers and compiles for seconds
+MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before compiling
+
+
+def actions_for(o: LinearizerOptions) -> tuple[Opt, ...]:
+  """The actions this device can take: ops it has, and THREAD splits between 1x and 4x its threads."""
+  ok = set(allowed_ops(o))
+  return tuple(a for a in ACTIONS if a.op in ok and (a.op != "THREAD" or (o.threads > 1 and o.threads <= a.amt <= 4 * o.threads)))
+
+
+def children(k: Kernel, actions: tuple[Opt, ...]) -> Iterator[Kernel]:
+  """k with each action applied, where it is legal and within the upcast limit, in the action space's order (local sizes
+  and shared memory the Kernel itself checks against the device's limits)."""
+  for a in actions:
+    c = k.copy()
+    try: c.apply_opt(a)
+    except OptError: continue
+    if math.prod(c.upcast_shape) <= MAX_UPCAST: yield c

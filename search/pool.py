@@ -1,0 +1,140 @@
+"""The compile pool: worker processes (spawned, recycled after a number of tasks) that run picklable tasks -- render a
+candidate, compile a source -- and never touch a device.
+
+Each task has its own time limit: a worker that overruns it is killed and replaced, and the task fails with
+TimeoutError. A worker that dies fails its task with the signal. `paused()` stops every worker and its compiler
+processes (SIGSTOP to the worker's process group) so that a timing on the CPU has the cores to itself; paused time
+does not count against a task's limit.
+"""
+from __future__ import annotations
+import contextlib, ctypes, os, signal, time, traceback
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing import get_context
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Iterator, Optional
+
+
+def _worker(conn: Connection) -> None:
+  os.setpgrp()  # its own group: pausing it pauses the compilers it started; orphaned and stopped, the kernel SIGHUPs it
+  with contextlib.suppress(OSError, AttributeError):  # Linux: die with the parent, even while stopped
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+  while True:
+    try: msg = conn.recv()
+    except EOFError: return
+    if msg is None: return
+    fn, args = msg
+    try: conn.send((True, fn(*args)))
+    except Exception as e: conn.send((False, f"{type(e).__name__}: {e}" if str(e) else traceback.format_exc(limit=3)))
+
+
+@dataclass
+class _Slot:
+  proc: Any
+  conn: Connection
+  tasks: int = 0
+  ticket: Optional[int] = None
+  deadline: float = 0.0
+
+
+class CompilePool:
+  def __init__(self, workers: int, timeout_s: float = 60.0, max_tasks: int = 64):
+    self.timeout_s, self.max_tasks = timeout_s, max_tasks
+    self._ctx = get_context("spawn")
+    self._slots = [self._start() for _ in range(max(1, workers))]
+    self._queue: deque[tuple[int, Callable, tuple]] = deque()
+    self._next = 0
+    self._closed = False
+
+  def _start(self) -> _Slot:
+    parent, child = self._ctx.Pipe()
+    p = self._ctx.Process(target=_worker, args=(child,), daemon=True)
+    p.start()
+    child.close()
+    return _Slot(p, parent)
+
+  def _replace(self, s: _Slot) -> _Slot:
+    if s.proc.is_alive(): self._signal(s, signal.SIGKILL)  # the worker and its compiler
+    s.proc.join()
+    s.conn.close()
+    new = self._slots[self._slots.index(s)] = self._start()
+    return new
+
+  def submit(self, fn: Callable, *args) -> int:
+    """Queue fn(*args) (both picklable; fn importable by name); returns its ticket."""
+    self._next += 1
+    self._queue.append((self._next, fn, args))
+    self._dispatch()
+    return self._next
+
+  def cancel(self) -> None:
+    """Drop the queued tasks; running ones finish, their results reach whoever still waits for them."""
+    self._queue.clear()
+
+  @property
+  def pending(self) -> int: return len(self._queue) + sum(s.ticket is not None for s in self._slots)
+
+  def _dispatch(self) -> None:
+    for s in list(self._slots):
+      if not self._queue: return
+      if s.ticket is not None: continue
+      if s.tasks >= self.max_tasks: s = self._replace(s)
+      ticket, fn, args = self._queue.popleft()
+      s.conn.send((fn, args))
+      s.ticket, s.tasks, s.deadline = ticket, s.tasks + 1, time.monotonic() + self.timeout_s
+
+  def results(self, timeout: Optional[float] = None) -> Iterator[tuple[int, bool, Any]]:
+    """(ticket, ok, value or error text) for the tasks that finish within `timeout` seconds (None: until one does);
+    a task's error text is its exception, its overrun or its worker's death."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while self.pending:
+      busy = {s.conn: s for s in self._slots if s.ticket is not None}
+      now = time.monotonic()
+      wait_s = min(s.deadline for s in busy.values()) - now
+      if end is not None: wait_s = min(wait_s, end - now)
+      done = []
+      for conn in wait(list(busy), timeout=max(0.0, wait_s)):
+        s = busy[conn]
+        try: ok, val = conn.recv()
+        except (EOFError, OSError):
+          s.proc.join(1)
+          ok, val = False, f"compile worker died (exit code {s.proc.exitcode})"
+          self._replace(s)
+        done.append((s.ticket, ok, val))
+        s.ticket = None
+      for s in [s for s in busy.values() if s.ticket is not None and time.monotonic() > s.deadline]:
+        done.append((s.ticket, False, f"timed out after {self.timeout_s:g} s"))
+        s.ticket = None
+        self._replace(s)
+      self._dispatch()
+      yield from done
+      if done and timeout is None or end is not None and time.monotonic() >= end: return
+
+  @contextlib.contextmanager
+  def paused(self):
+    """Stop every worker and the processes it started while the block runs."""
+    t0 = time.monotonic()
+    for s in self._slots: self._signal(s, signal.SIGSTOP)
+    try: yield
+    finally:
+      for s in self._slots: self._signal(s, signal.SIGCONT)
+      for s in self._slots: s.deadline += time.monotonic() - t0
+
+  @staticmethod
+  def _signal(s: _Slot, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError): os.killpg(s.proc.pid, sig)
+
+  def close(self) -> None:
+    if self._closed: return
+    self._closed = True
+    for s in self._slots:
+      self._signal(s, signal.SIGCONT)
+      with contextlib.suppress(OSError): s.conn.send(None)
+    for s in self._slots:
+      s.proc.join(2)
+      if s.proc.is_alive(): self._signal(s, signal.SIGKILL)
+      s.proc.join()
+      s.conn.close()
+
+  def __enter__(self) -> CompilePool: return self
+  def __exit__(self, *exc) -> None: self.close()

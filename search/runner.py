@@ -1,0 +1,140 @@
+"""The sandboxed runner: one process owns the device and measures compiled candidates on fixed inputs.
+
+The search writes the inputs, the reference output and its bounds to a directory once per kernel; the runner loads
+them (again, after every restart) into device buffers. Per candidate: a warm-up, then timed runs until a minimum
+measured time, each on a freshly poisoned output; an early stop once it is clearly slower than the best; and the
+last run's output, untouched by the next, checked against the reference. A candidate that kills the runner
+(segfault) or hangs is the parent's to see: it kills and restarts the process and reports the reason.
+"""
+from __future__ import annotations
+import contextlib, hashlib, importlib, json, signal
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Optional
+import numpy as np
+from linearizer import reference
+from linearizer.ast import KernelAST, loads
+from linearizer.fuzz import compare
+
+MIN_RUNS = 3
+
+
+@dataclass
+class Measurement:
+  status: str                       # ok | slow | mismatch | run_error | crash | timeout
+  times_s: list[float] = field(default_factory=list)
+  error: str = ""
+  verified: bool = False
+
+
+def write_case(d: Path, k: KernelAST, var_vals: dict[str, int], seed: int) -> None:
+  """The runner's inputs and expected output for k: seeded random buffers, the reference, the SUM's bounds."""
+  bufs = reference.random_buffers(k, var_vals, seed)
+  want, lo, hi = reference.expected_range(k, bufs, var_vals)
+  (d / "kernel.json").write_text(json.dumps(k.to_json()))
+  for name, arr in [*((f"in{i}", b) for i, b in enumerate(bufs)), ("want", want), *((n, a) for n, a in (("lo", lo), ("hi", hi)) if a is not None)]:
+    np.save(d / f"{name}.npy", arr)
+
+
+class _Case:
+  """The runner's side: device buffers and what their output must be."""
+  def __init__(self, dev, d: Path, var_vals: dict[str, int]):
+    self.k = loads((d / "kernel.json").read_text())
+    self.vv, self.var_args = var_vals, [var_vals[v.name] for v in self.k.vars]
+    self.inputs = [np.load(d / f"in{i}.npy", mmap_mode="r") for i in range(len(self.k.buffers))]
+    self.bufs = [dev.alloc(x.size, x.dtype) for x in self.inputs]
+    for b, x in zip(self.bufs, self.inputs): b[:] = x
+    self.want = [np.load(d / "want.npy")] + self.inputs[1:]
+    self.bounds = (np.load(d / "lo.npy"), np.load(d / "hi.npy")) if (d / "lo.npy").exists() else None
+    self.poison = np.array(self.inputs[0])  # buffer 0 starts poisoned
+
+  def run(self, prog) -> float:
+    np.copyto(self.bufs[0], self.poison)
+    return prog.time(*self.bufs, var_vals=self.var_args)
+
+  def measure(self, prog, check: bool, min_time_s: float, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
+    self.run(prog)  # warm-up: code and data into caches, threads started
+    times: list[float] = []
+    while len(times) < max(MIN_RUNS, max_runs):
+      times.append(self.run(prog))
+      if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement("slow", times)
+      if len(times) >= MIN_RUNS and sum(times) >= min_time_s: break
+    if not check: return Measurement("ok", times)
+    if msg := compare(self.k, self.bufs, self.want, self.vv, self.bounds): return Measurement("mismatch", times, msg)
+    return Measurement("ok", times, verified=True)
+
+
+def _main(conn: Connection, module: str) -> None:
+  dev, case, progs = importlib.import_module(module), None, {}
+  while (msg := conn.recv()) is not None:
+    op, *args = msg
+    try:
+      if op == "setup":
+        case = _Case(dev, Path(args[0]), args[1])
+        conn.send(None)
+      elif op == "measure":
+        lib, name, check, min_time_s, max_runs, early_stop_s = args
+        key = hashlib.sha256(lib).hexdigest()
+        if key not in progs: progs[key] = dev.Program(lib, name)
+        conn.send(case.measure(progs[key], check, min_time_s, max_runs, early_stop_s))
+    except Exception as e: conn.send(Measurement("run_error", error=f"{type(e).__name__}: {e}"))
+
+
+class Runner:
+  """The parent's handle: starts the process, sends it work, and turns a death or a hang into a Measurement."""
+  SETUP_TIMEOUT_S = 120.0
+
+  def __init__(self, module: str):
+    self.module, self.case, self.restarts = module, None, 0
+    self._ctx = get_context("spawn")
+    self._start()
+
+  def _start(self) -> None:
+    self.conn, child = self._ctx.Pipe()
+    self.proc = self._ctx.Process(target=_main, args=(child, self.module), daemon=True)
+    self.proc.start()
+    child.close()
+    if self.case: self.setup(*self.case)
+
+  def setup(self, case_dir: Path, var_vals: dict[str, int]) -> None:
+    """Load the case `write_case` wrote (again after each restart)."""
+    self.case = (case_dir, var_vals)
+    self.conn.send(("setup", str(case_dir), var_vals))
+    try: err = self.conn.recv() if self.conn.poll(self.SETUP_TIMEOUT_S) else f"no answer in {self.SETUP_TIMEOUT_S:g} s"
+    except EOFError: err = "the runner died"
+    if err is not None:
+      self.close()
+      raise RuntimeError(f"runner setup failed: {getattr(err, 'error', err)}")
+
+  def _restart(self) -> None:
+    self.close()
+    self.restarts += 1
+    self._start()
+
+  def measure(self, lib: bytes, name: str, *, check: bool, timeout_s: float, min_time_s: float = 0.1, max_runs: int = 50,
+              early_stop_s: Optional[float] = None) -> Measurement:
+    """Time one compiled candidate; `timeout_s` bounds the whole measurement (a hang's limit)."""
+    try:
+      self.conn.send(("measure", lib, name, check, min_time_s, max_runs, early_stop_s))
+      if self.conn.poll(timeout_s): return self.conn.recv()
+      self._restart()
+      return Measurement("timeout", error=f"no answer after {timeout_s:.3g} s: killed")
+    except (EOFError, OSError):
+      self.proc.join(5)
+      code = self.proc.exitcode
+      why = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+      self._restart()
+      return Measurement("crash", error=f"runner died: {why}")
+
+  def close(self) -> None:
+    with contextlib.suppress(OSError): self.conn.send(None)
+    self.proc.join(1)
+    if self.proc.is_alive():
+      self.proc.kill()
+      self.proc.join()
+    self.conn.close()
+
+  def __enter__(self) -> Runner: return self
+  def __exit__(self, *exc) -> None: self.close()

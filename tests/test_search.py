@@ -1,0 +1,95 @@
+import json, math, statistics, time
+import pytest
+from devices import cpu
+from linearizer.builders import matmul, reduce
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel, Opt
+from search.actions import ACTION_SPACE_VERSION, ACTIONS, actions_for, children
+from search.beam import BeamSettings, beam_search
+from search.result import OK, Candidate, SearchResult
+from search.tune import SearchSettings, tune
+import fault_backend
+
+FAST = dict(min_time_s=0.005, final_rounds=3)
+
+
+def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candidates_and_the_search_goes_on():
+  r = tune(matmul(64, 64, 64), settings=SearchSettings(beam=2, budget_s=60, **FAST), module="fault_backend")
+  first = {Opt.from_json(c.opts[0]): c for c in r.candidates if c.opts}
+  got = {fault: first[opt] for opt, fault in fault_backend.FAULTS.items()}
+  assert got["segfault"].status == "crash" and "SIGSEGV" in got["segfault"].error
+  assert got["hang"].status == "timeout" and "killed" in got["hang"].error
+  assert got["wrong"].status == "mismatch" and "differ" in got["wrong"].error and not got["wrong"].verified
+  assert got["syntax"].status == "compile_error" and "error" in got["syntax"].error
+  assert r.failed >= 4 and r.verified and r.best_s > 0
+  assert not r.best_opts or Opt.from_json(r.best_opts[0]) not in fault_backend.FAULTS
+  assert sum(c.status == OK for c in r.candidates) > 2  # measuring went on after the runner died and was restarted
+
+
+def test_winner_is_verified_at_least_as_fast_as_hand_coded_and_the_result_round_trips_json():
+  k = reduce("SUM", (512, 512), (1,))
+  r = tune(k, settings=SearchSettings(beam=2, budget_candidates=30, **FAST))
+  assert r.verified and r.best_s <= r.baseline_s and r.speedup >= 1.0
+  assert r.baseline_opts == [o.to_json() for o in hand_coded_optimizations(Kernel(k, cpu.options()))]
+  assert r.kernel_key == k.key and r.action_space_version == ACTION_SPACE_VERSION
+  assert r.fingerprint_hash == cpu.fingerprint_hash(cpu.fingerprint())
+  assert len(r.candidates) <= 30 and all(c.status == OK or c.status == "slow" for c in r.candidates)
+  assert all(c.verified for c in r.candidates if c.status == OK) and r.best_source.startswith("#")
+  assert len({c.source_hash for c in r.candidates}) == len(r.candidates)  # no source measured twice
+  back = SearchResult.from_json(json.loads(json.dumps(r.to_json())))
+  assert back.to_json() == r.to_json()
+
+
+def test_action_space_is_filtered_by_device_options():
+  acts = actions_for(cpu.options())
+  assert {a.op for a in acts} == {"UPCAST", "UNROLL", "PADTO"} | ({"THREAD"} if cpu.options().threads > 1 else set())
+  assert all(cpu.options().threads <= a.amt <= 4 * cpu.options().threads for a in acts if a.op == "THREAD")
+  gpu = cpu.options().__class__("GPU", has_local=True, has_shared=True, shared_max=48 << 10, local_max=(1024, 1024, 64))
+  assert {a.op for a in actions_for(gpu)} == {"UPCAST", "UNROLL", "PADTO", "LOCAL", "GROUP", "GROUPTOP", "UPCASTMID", "NOLOCALS"}
+  assert len(set(ACTIONS)) == len(ACTIONS)
+  k = Kernel(matmul(64, 64, 64), cpu.options())
+  kids = list(children(k, acts))
+  assert kids and all(len(c.applied_opts) == 1 and math.prod(c.upcast_shape) <= 128 for c in kids)
+  assert k.applied_opts == []  # expanding leaves the parent as it was
+
+
+def _synthetic_measure(log):
+  """Deterministic timings from the schedule alone: each opt makes the kernel faster, THREAD most, until 3 opts."""
+  def measure(kernels, rnd, limit, deadline):
+    out = []
+    for k in kernels[:limit]:
+      t = 1.0
+      for i, o in enumerate(k.applied_opts): t *= (0.5 if o.op == "THREAD" else 0.9 - 0.01 * (o.amt or 1) / 16) if i < 3 else 1.2
+      c = Candidate([o.to_json() for o in k.applied_opts], OK, rnd, times_s=[t], verified=True)
+      log.append(tuple(k.applied_opts))
+      out.append((k, c))
+    return out
+  return measure
+
+
+def test_beam_search_is_deterministic_for_given_timings_and_stops_when_a_round_does_not_improve():
+  k = Kernel(matmul(64, 64, 64), cpu.options())
+  runs = []
+  for _ in range(2):
+    log: list = []
+    measured = beam_search([k.copy()], actions_for(k.options), _synthetic_measure(log), BeamSettings(width=3))
+    runs.append((log, min(measured, key=lambda p: p[1].min_s)[1].opts))
+  assert runs[0] == runs[1]
+  log, best = runs[0]
+  assert len(best) == 3 and max(len(o) for o in log) == 4  # round 4 gained nothing (every 4th opt slows), so it stopped
+  assert len(set(log)) == len(log)  # no schedule measured twice
+
+
+def test_beam_search_respects_candidate_and_time_budgets():
+  k = Kernel(matmul(64, 64, 64), cpu.options())
+  log: list = []
+  beam_search([k.copy()], actions_for(k.options), _synthetic_measure(log), BeamSettings(width=4, budget_candidates=25))
+  assert len(log) == 25
+  log = []
+  slow = _synthetic_measure(log)
+  def sleepy(kernels, rnd, limit, deadline):
+    time.sleep(0.3)
+    return slow(kernels, rnd, limit, deadline)
+  t = time.monotonic()
+  beam_search([k.copy()], actions_for(k.options), sleepy, BeamSettings(width=4, budget_s=0.5))
+  assert time.monotonic() - t < 1.0 and len(log) > 1

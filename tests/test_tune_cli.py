@@ -1,0 +1,44 @@
+import glob, json, time
+from dataclasses import replace
+from search.cache import ResultCache
+from search.result import SearchResult
+from tunesvc.cli import main
+
+EXAMPLES = sorted(glob.glob("examples/kernels/*.json"))
+KEYS = {"kernel_key", "device", "fingerprint", "action_space_version", "baseline_s", "best_s", "best_opts", "candidates", "failed",
+        "search_s", "verified"}
+
+
+def test_tune_every_example_to_a_verified_winner_then_serve_it_from_the_cache(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
+  args = ["tune", *EXAMPLES, "--json", "--beam", "2", "--budget-candidates", "10"]
+  assert main(args) == 0
+  first = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert len(first) == len(EXAMPLES) > 10
+  for r in first:
+    assert KEYS <= set(r) and r["verified"] and not r["cached"], r
+    assert r["best_s"] <= r["baseline_s"] and 0 < r["candidates"] <= 10 and r["device"] == "CPU"
+  t = time.monotonic()
+  assert main(args) == 0
+  second = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert time.monotonic() - t < 5 and all(r["cached"] for r in second)
+  assert [(r["kernel_key"], r["best_opts"], r["best_s"]) for r in second] == [(r["kernel_key"], r["best_opts"], r["best_s"]) for r in first]
+  assert main(["tune", EXAMPLES[0], "--json", "--no-cache", "--budget-candidates", "2"]) == 0
+  assert not json.loads(capsys.readouterr().out)["cached"]
+
+
+def test_cache_misses_on_another_fingerprint_or_action_space_version(tmp_path):
+  c = ResultCache(tmp_path / "r.sqlite")
+  r = SearchResult("k" * 64, "n", "CPU", {"cpu": "x"}, "f" * 64, 1, {}, {}, 10, 20, [], 2.0, [{"op": "UPCAST", "axis": 0, "amt": 4}], 1.0,
+                   2.0, (1.8, 2.2), True, "void kernel(){}", 3.0)
+  c.put(r)
+  assert c.get(r.kernel_key, r.fingerprint_hash, 1).to_json() == r.to_json()
+  assert c.get(r.kernel_key, "e" * 64, 1) is None and c.get(r.kernel_key, r.fingerprint_hash, 2) is None
+  c.put(replace(r, best_s=0.5))  # a new search replaces the entry
+  assert ResultCache(tmp_path / "r.sqlite").get(r.kernel_key, r.fingerprint_hash, 1).best_s == 0.5
+
+
+def test_tune_rejects_an_unknown_device(capsys):
+  try: main(["tune", EXAMPLES[0], "--device", "NOPE"])
+  except SystemExit as e: assert e.code == 2
+  assert "not available" in capsys.readouterr().err
