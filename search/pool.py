@@ -122,7 +122,9 @@ class CompilePool:
 
   @staticmethod
   def _signal(s: _Slot, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError): os.killpg(s.proc.pid, sig)
+    """To the worker, and to its group (its compilers) once it has one: a worker still starting up has not."""
+    for kill in (os.kill, os.killpg):
+      with contextlib.suppress(ProcessLookupError, PermissionError): kill(s.proc.pid, sig)
 
   def close(self) -> None:
     if self._closed: return
