@@ -1,4 +1,4 @@
-import time
+import statistics, time
 from pathlib import Path
 from devices import cpu
 from linearizer.builders import reduce
@@ -33,7 +33,10 @@ def test_timings_with_the_pool_busy_and_paused_match_timings_with_it_idle(tmp_pa
         time.sleep(0.05)
         with pool.paused(): paused.append(best())
         busy.append(best())
-  idle_s, paused_s, busy_s = map(min, (idle, paused, busy))  # the quietest moment of each: robust to the rest of the machine
-  print(f"idle {idle_s * 1e3:.3f} ms  busy, paused {paused_s * 1e3:.3f} ms  busy {busy_s * 1e3:.3f} ms")
-  assert busy_s > 1.25 * idle_s  # the load is real: unprotected, the timing suffers
+  # the search ranks candidates by their fastest run, so that is what must not move: the quietest moment of each series
+  # (robust to the rest of the machine); a woken runner sometimes preempts a burner for a whole run, so the control,
+  # that the load is real, looks at the typical run instead
+  idle_s, paused_s = min(idle), min(paused)
+  print(f"idle {idle_s * 1e3:.3f} ms  busy, paused {paused_s * 1e3:.3f} ms  busy (median) {statistics.median(busy) * 1e3:.3f} ms")
+  assert statistics.median(busy) > 1.25 * statistics.median(idle)
   assert abs(paused_s / idle_s - 1) < 0.1
