@@ -3,7 +3,6 @@
 A stored result names the version it was searched under; change the list (or what an action means) and bump
 ACTION_SPACE_VERSION, so results searched over another space are never reused as if they were this one's."""
 from __future__ import annotations
-import math
 from typing import Iterator
 from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
 from linearizer.options import LinearizerOptions
@@ -24,7 +23,6 @@ _SPACE: tuple[tuple[str, range, tuple[int, ...]], ...] = (
 )
 ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE for a in axes for amt in amts) + (Opt("NOLOCALS"),)
 
-MAX_UPCAST = 128     # elements per thread: more spills registers and compiles for seconds
 MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before compiling
 
 
@@ -35,10 +33,10 @@ def actions_for(o: LinearizerOptions) -> tuple[Opt, ...]:
 
 
 def children(k: Kernel, actions: tuple[Opt, ...]) -> Iterator[Kernel]:
-  """k with each action applied, where it is legal and within the upcast limit, in the action space's order (local sizes
-  and shared memory the Kernel itself checks against the device's limits)."""
+  """k with each action applied, where it is legal, in the action space's order. The Kernel checks the limits on
+  upcasts, local sizes and shared memory; MAX_UOPS drops what would compile for too long, after lowering."""
   for a in actions:
     c = k.copy()
     try: c.apply_opt(a)
     except OptError: continue
-    if math.prod(c.upcast_shape) <= MAX_UPCAST: yield c
+    yield c

@@ -1,9 +1,10 @@
 """Beam search over schedules, apart from how candidates are measured.
 
-Round 0 measures the seeds (the unoptimised kernel and the hand-coded schedule). Each later round expands every beam
-member by every legal action, skips schedules already seen, measures the new ones, and keeps the `width` fastest
-verified candidates of the round as the next beam. It stops when a round improves the best by less than
-`min_improvement`, when nothing is left to try, or on the budget. Ties break by the order candidates were generated
+Round 0 measures the seeds (the hand-coded schedule and the unoptimised kernel), which form the first beam. Each later
+round expands every beam member by every legal action, skips schedules already seen, measures the new ones, and keeps
+the `width` fastest verified candidates of the round as the next beam. It stops when a round's best is less than
+`min_improvement` faster than the previous round's, when nothing is left to try, or on the budget. The seeds compete
+for the win but do not end the search: one-opt schedules rarely beat the hand-coded one, their descendants may. Ties break by the order candidates were generated
 in, so a search is deterministic for given timings.
 """
 from __future__ import annotations
@@ -41,12 +42,11 @@ def beam_search(seeds: list[Kernel], actions: tuple[Opt, ...], measure: Measure,
   def left() -> int: return s.budget_candidates - len(measured) if s.budget_candidates is not None else 1 << 62
 
   measured += measure(seeds, 0, left(), deadline)
-  beam = ranked(measured)[:s.width]
-  best = beam[0][1].min_s if beam else None
+  beam, last = seeds, float("inf")  # every seed is expanded, measured well or not: they are where the search starts
   for rnd in range(1, s.max_rounds + 1):
-    if not beam or left() <= 0 or time.monotonic() >= deadline: break
+    if left() <= 0 or time.monotonic() >= deadline: break
     kids = []
-    for k, _ in beam:
+    for k in beam:
       for c in children(k, actions):
         if (opts := tuple(c.applied_opts)) not in order:
           order[opts] = len(order)
@@ -55,8 +55,7 @@ def beam_search(seeds: list[Kernel], actions: tuple[Opt, ...], measure: Measure,
     new = measure(kids, rnd, left(), deadline)
     measured += new
     if not (top := ranked(new)): break
-    beam = top[:s.width]
-    improved = best is None or top[0][1].min_s < best * (1 - s.min_improvement)
-    best = top[0][1].min_s if best is None else min(best, top[0][1].min_s)
-    if not improved: break
+    beam = [k for k, _ in top[:s.width]]
+    if top[0][1].min_s >= last * (1 - s.min_improvement): break  # this round's best barely beat the last round's
+    last = top[0][1].min_s
   return measured

@@ -18,8 +18,6 @@ from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.fuzz import compare
 
-MIN_RUNS = 3
-
 
 @dataclass
 class Measurement:
@@ -54,13 +52,14 @@ class _Case:
     np.copyto(self.bufs[0], self.poison)
     return prog.time(*self.bufs, var_vals=self.var_args)
 
-  def measure(self, prog, check: bool, min_time_s: float, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
-    self.run(prog)  # warm-up: code and data into caches, threads started
+  def measure(self, prog, check: bool, min_time_s: float, min_runs: int, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
+    first = self.run(prog)  # warm-up: code and data into caches, threads started
+    if early_stop_s is not None and first > 2 * early_stop_s: return Measurement("slow", [first])  # clearly slow even cold
     times: list[float] = []
-    while len(times) < max(MIN_RUNS, max_runs):
+    while len(times) < max(min_runs, max_runs):
       times.append(self.run(prog))
       if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement("slow", times)
-      if len(times) >= MIN_RUNS and sum(times) >= min_time_s: break
+      if len(times) >= min_runs and sum(times) >= min_time_s: break
     if not check: return Measurement("ok", times)
     if msg := compare(self.k, self.bufs, self.want, self.vv, self.bounds): return Measurement("mismatch", times, msg)
     return Measurement("ok", times, verified=True)
@@ -75,10 +74,10 @@ def _main(conn: Connection, module: str) -> None:
         case = _Case(dev, Path(args[0]), args[1])
         conn.send(None)
       elif op == "measure":
-        lib, name, check, min_time_s, max_runs, early_stop_s = args
+        lib, name, check, min_time_s, min_runs, max_runs, early_stop_s = args
         key = hashlib.sha256(lib).hexdigest()
         if key not in progs: progs[key] = dev.Program(lib, name)
-        conn.send(case.measure(progs[key], check, min_time_s, max_runs, early_stop_s))
+        conn.send(case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s))
     except Exception as e: conn.send(Measurement("run_error", error=f"{type(e).__name__}: {e}"))
 
 
@@ -113,11 +112,12 @@ class Runner:
     self.restarts += 1
     self._start()
 
-  def measure(self, lib: bytes, name: str, *, check: bool, timeout_s: float, min_time_s: float = 0.1, max_runs: int = 50,
-              early_stop_s: Optional[float] = None) -> Measurement:
-    """Time one compiled candidate; `timeout_s` bounds the whole measurement (a hang's limit)."""
+  def measure(self, lib: bytes, name: str, *, check: bool, timeout_s: float, min_time_s: float = 0.1, min_runs: int = 3,
+              max_runs: int = 50, early_stop_s: Optional[float] = None) -> Measurement:
+    """Time one compiled candidate: a warm-up, then at least `min_runs` and `min_time_s` of runs (at most `max_runs`);
+    `timeout_s` bounds the whole measurement (a hang's limit)."""
     try:
-      self.conn.send(("measure", lib, name, check, min_time_s, max_runs, early_stop_s))
+      self.conn.send(("measure", lib, name, check, min_time_s, min_runs, max_runs, early_stop_s))
       if self.conn.poll(timeout_s): return self.conn.recv()
       self._restart()
       return Measurement("timeout", error=f"no answer after {timeout_s:.3g} s: killed")

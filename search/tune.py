@@ -75,6 +75,7 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   options = dev.options()
+  cpu = options.device == "CPU"  # compiles share its cores: the pool is paused while the runner times
   vv = ast.var_vals(settings.var_vals)
   kr = ast.rebased()  # the runner allocates only what the kernel reaches; opts mean the same on it
   st = _State()
@@ -90,6 +91,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
         if progress: progress(len(st.candidates) + len(out), st.best_s)
       rendering = {pool.submit(render_task, dev.__name__, kr.key, kr.canonical, tuple(k.applied_opts), options): k for k in kernels}
       compiling: dict[int, tuple[Kernel, Candidate, str]] = {}
+      order = {id(k): i for i, k in enumerate(kernels)}
+      ready: list = []
       while (rendering or compiling) and len(out) < limit and time.monotonic() < deadline:
         for t, ok, val in pool.results(timeout=None if deadline == float("inf") else max(0.0, deadline - time.monotonic())):
           if t in rendering:
@@ -106,7 +109,13 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
             if not ok: add(k, _failed(c, "compile_error", val))
             else:
               c.compile_s = val[1]
-              add(k, _measure(runner, pool if options.device == "CPU" else None, c, val[0], src, settings, st))
+              ready.append((order[id(k)], k, c, val[0], src))
+          # round 0 measures its seeds in their order, once all are compiled: the hand-coded one first sets the bar
+          # the unoptimised one is stopped early against
+          if rnd > 0 or not (rendering or compiling):
+            for _, k, c, lib, src in sorted(ready, key=lambda r: r[0]):
+              if len(out) < limit and time.monotonic() < deadline: add(k, _measure(runner, pool if cpu else None, c, lib, src, settings, st))
+            ready.clear()
           if len(out) >= limit or time.monotonic() >= deadline: break
       pool.cancel()
       st.candidates += [c for _, c in out]
@@ -115,7 +124,7 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     root = Kernel(kr, options)
     hand = root.copy()
     hand_coded_optimizations(hand)
-    seeds = [root, hand] if hand.applied_opts else [root]
+    seeds = [hand, root] if hand.applied_opts else [root]
     measured = beam_search(seeds, actions_for(options), measure,
                            BeamSettings(settings.beam, settings.min_improvement, settings.budget_candidates, settings.budget_s), start)
     pool.close()
@@ -148,11 +157,11 @@ def _final(ast: KernelAST, device: str, dev, runner: Runner, measured: list[tupl
     raise SearchError(f"no candidate ran correctly ({len(st.candidates)} tried); seeds: {why}")
   hand_opts = [o.to_json() for o in hand.applied_opts]
   base = next((c for c in ok if c.opts == hand_opts), None) or next((c for c in ok if not c.opts), ok[0])
-  finalists = list({id(c): c for c in ok[:s.final_top] + [base]}.values())
+  finalists = list({id(c): c for c in [c for c in ok[:s.final_top] if c.min_s < s.early_stop * ok[0].min_s] + [base]}.values())
   rounds: dict[int, list[float]] = {id(c): [] for c in finalists}
   for r in range(s.final_rounds):
     for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:  # rotated: no candidate always runs first
-      m = runner.measure(st.libs[c.source_hash][0], "kernel", check=False, timeout_s=max(10.0, 50 * c.min_s), min_time_s=s.min_time_s)
+      m = runner.measure(st.libs[c.source_hash][0], "kernel", check=False, timeout_s=max(10.0, 50 * c.min_s), min_time_s=s.min_time_s / 2, min_runs=1)
       if m.status == OK: rounds[id(c)].append(min(m.times_s))
   med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
   win = min(finalists, key=lambda c: (med[id(c)], c is not base))
