@@ -1,0 +1,90 @@
+"""The worker: one process per device. It claims a job under a lease, searches it, keeps the lease alive with
+heartbeats while it does, and reports the result -- or why it failed. SIGTERM or SIGINT stops it cleanly: a job
+in progress goes back to the queue without costing an attempt. It talks to the service over HTTP only."""
+from __future__ import annotations
+import dataclasses, logging, os, signal, socket, threading
+from typing import Optional
+from devices import registry
+from linearizer.ast import KernelValidationError, load
+from search.tune import SearchError, SearchSettings, tune
+from tunesvc.client import Client, ServiceError
+
+log = logging.getLogger("tunesvc.worker")
+SETTINGS = {f.name for f in dataclasses.fields(SearchSettings)} - {"workers"}  # what a job may set; the machine owns its cores
+
+
+class JobLost(Exception):
+  """The lease was lost (the service gave the job to another worker) or the worker is stopping."""
+
+
+def settings_of(job: dict) -> SearchSettings:
+  return SearchSettings(**{k: v for k, v in (job.get("settings") or {}).items() if k in SETTINGS})
+
+
+class Worker:
+  def __init__(self, client: Client, device: str = "CPU", name: Optional[str] = None, lease_s: float = 60.0, poll_s: float = 2.0,
+               module: Optional[str] = None):
+    self.client, self.device, self.lease_s, self.poll_s, self.module = client, device, lease_s, poll_s, module
+    self.dev = registry.get(device)
+    fp = self.dev.fingerprint()
+    self.fingerprint_hash = self.dev.fingerprint_hash(fp)
+    self.id = client.register(name or f"{socket.gethostname()}:{os.getpid()}:{device}", device, fp, self.fingerprint_hash)
+    self.stopping = threading.Event()
+
+  def stop(self, *_) -> None: self.stopping.set()
+
+  def run(self, max_jobs: Optional[int] = None) -> int:
+    """Claim and search jobs until stopped (or max_jobs are done); returns how many were finished."""
+    done = 0
+    while not self.stopping.is_set() and (max_jobs is None or done < max_jobs):
+      try: job = self.client.claim(self.id, self.lease_s)
+      except Exception as e:  # the service is away: wait and try again, never crash
+        log.warning("claim failed: %s", e)
+        job = None
+      if job is None:
+        self.stopping.wait(self.poll_s)
+        continue
+      done += self.work(job)
+    return done
+
+  def work(self, job: dict) -> bool:
+    """Search one claimed job and report it; True if it finished (done or failed for good)."""
+    jid, lost = job["job_id"], threading.Event()
+    def beat() -> None:
+      while not lost.wait(self.lease_s / 4):
+        try: self.client.heartbeat(self.id, jid, self.lease_s)
+        except ServiceError as e:
+          if e.status in (404, 409): lost.set()  # taken away: stop searching it
+        except Exception as e: log.warning("heartbeat for job %s failed: %s", jid, e)  # the lease may still hold
+    def check(*_) -> None:
+      if lost.is_set() or self.stopping.is_set(): raise JobLost
+    hb = threading.Thread(target=beat, daemon=True)
+    hb.start()
+    try:
+      result = tune(load(job["kernel"]), self.device, settings_of(job), module=self.module, progress=check)
+      self.client.report(self.id, jid, result)
+      log.info("job %s: %s %.3g ms -> %.3g ms", jid, job["kernel_key"][:12], result.baseline_s * 1e3, result.best_s * 1e3)
+      return True
+    except JobLost:
+      if not lost.is_set(): self.client.release(self.id, jid)  # stopping: back to the queue, no attempt spent
+      return False
+    except (KernelValidationError, SearchError) as e:  # the same input fails the same way: no retry
+      self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=False)
+      return True
+    except Exception as e:
+      log.exception("job %s failed", jid)
+      self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=True)
+      return True
+    finally:
+      lost.set()
+      hb.join()
+
+
+def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, max_jobs: Optional[int] = None) -> int:
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+  with Client(server, token) as client:
+    w = Worker(client, device, lease_s=lease_s)
+    for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, w.stop)
+    log.info("worker %s on %s (%s) serving %s", w.id, device, w.fingerprint_hash[:12], server)
+    w.run(max_jobs)
+  return 0
