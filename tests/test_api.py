@@ -1,6 +1,7 @@
 """The HTTP API in-process (TestClient over a SQLite store): every endpoint's success and bad input, tokens, limits, and a
 schemathesis run over the OpenAPI schema that must find no 5xx."""
-import json, time
+import json, os, socket, subprocess, sys, time
+import httpx
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
@@ -279,3 +280,22 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def fuzz(case): case.call_and_validate(checks=[not_a_server_error])
     fuzz()
+
+
+def test_tunesvc_serve_runs_the_app_with_uvicorn(tmp_path):
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  env = {**os.environ, "TUNESVC_TOKENS": "sub:submit"}
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--db", f"sqlite:///{tmp_path}/serve.db"],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    for _ in range(200):
+      try:
+        if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200: break
+      except httpx.TransportError: time.sleep(0.05)
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/kernels", json={"kernels": [example("sum_all").to_json()]}, headers=SUB)
+    assert r.status_code == 202 and httpx.get(f"http://127.0.0.1:{port}/v1/jobs/1").status_code == 401
+  finally:
+    p.terminate()
+    p.wait(10)

@@ -1,6 +1,6 @@
 """The `tunesvc` command line."""
 from __future__ import annotations
-import argparse, gzip, hashlib, json, statistics, sys, time
+import argparse, dataclasses, gzip, hashlib, json, statistics, sys, time
 from typing import Iterator, NoReturn, Optional
 import numpy as np
 from devices import registry
@@ -160,6 +160,18 @@ def cmd_run(args) -> int:
   return 0 if ok else 1
 
 
+def cmd_serve(args) -> int:
+  import uvicorn
+  from tunesvc.api import create_app
+  from tunesvc.config import Settings
+  settings = Settings.from_env()
+  if args.db: settings = dataclasses.replace(settings, database_url=args.db)
+  if not settings.tokens and args.host not in ("127.0.0.1", "localhost", "::1"):
+    print(f"WARNING: no tokens configured (TUNESVC_TOKENS): anyone who reaches {args.host}:{args.port} may do everything", file=sys.stderr)
+  uvicorn.run(create_app(settings), host=args.host, port=args.port)
+  return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
   p = argparse.ArgumentParser(prog="tunesvc", description="Kernel autotuning service.")
   sub = p.add_subparsers(dest="cmd", required=True)
@@ -183,6 +195,11 @@ def main(argv: Optional[list[str]] = None) -> int:
   r.add_argument("--check", action="store_true", help="compare with the reference: MATCH, or MISMATCH and exit status 1")
   r.add_argument("--print-source", action="store_true", help="print the generated source")
   r.set_defaults(fn=cmd_run)
+  sv = sub.add_parser("serve", help="run the HTTP API (SQLite under the user's data dir unless --db or TUNESVC_DATABASE_URL)")
+  sv.add_argument("--host", default="127.0.0.1")
+  sv.add_argument("--port", type=int, default=8000)
+  sv.add_argument("--db", metavar="URL", help="database URL, e.g. postgresql+psycopg://user@host/db")
+  sv.set_defaults(fn=cmd_serve)
   args = p.parse_args(argv)
   return args.fn(args)
 
