@@ -253,7 +253,7 @@ def test_kernels_are_listed_filtered_and_paged(api):
   assert api.get("/v1/kernels", params={"state": "done"}, headers=SUB).json() == {"kernels": [], "next_offset": None}
 
 
-def test_health_metrics_and_the_openapi_schema(api):
+def test_health_metrics_and_the_openapi_schema(api, tmp_path):
   assert api.get("/healthz").json() == {"ok": True}
   assert "tunesvc_request_seconds_bucket" in api.get("/metrics").text
   assert api.get("/docs").status_code == 200
@@ -261,6 +261,11 @@ def test_health_metrics_and_the_openapi_schema(api):
   assert {"/v1/kernels", "/v1/jobs/{job_id}", "/v1/kernels/{key}", "/v1/opts/{kernel_key}", "/v1/opts/lookup", "/v1/workers",
           "/v1/workers/{worker_id}/claim", "/v1/workers/{worker_id}/heartbeat", "/v1/workers/{worker_id}/report",
           "/v1/workers/{worker_id}/release", "/healthz", "/metrics"} <= set(paths)
+  api.app.state.store.engine.dispose()
+  (tmp_path / "api.db").rename(tmp_path / "gone.db")
+  (tmp_path / "api.db").mkdir()  # the database can no longer be opened
+  r = api.get("/healthz")
+  assert r.status_code == 503 and r.json()["detail"].startswith("database: OperationalError")
 
 
 def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):

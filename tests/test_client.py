@@ -63,7 +63,7 @@ def test_the_user_and_worker_calls(server):
 
 
 def test_opts_for_asks_the_server_once_then_answers_from_the_cache(server, tmp_path):
-  k, (fp, h) = example("softmax_exp_sum"), cpu_fingerprint()
+  k, (_, h) = example("softmax_exp_sum"), cpu_fingerprint()
   job = tune(server, k)
   with Client(server, cache_dir=tmp_path / "cache") as c:
     assert c.opts_for(k, h, 1) == job["result"]["opts"]

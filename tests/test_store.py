@@ -7,7 +7,7 @@ from sqlalchemy import create_engine, func, select, text
 from linearizer.ast import load
 from search_results import CUDA_FP, CUDA_HASH, cpu_fingerprint, example, examples, search_result
 from tunesvc.store import Store, queue, reads
-from tunesvc.store.models import Base, Best, Job, Measurement, Result
+from tunesvc.store.models import Base, Best, Job, Measurement, Result, Worker
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -171,7 +171,7 @@ def test_reports_that_contradict_the_job_are_refused(store, cpu_worker):
 def test_any_text_can_be_stored(store):
   fp = {**CUDA_FP, "driver": "550\x00\ud800"}
   w = queue.register(store, "nul\x00 and a lone \udc80 surrogate", "CUDA:0", fp, CUDA_HASH)
-  assert reads.worker(store, w.id).name == "nul\ufffd and a lone ? surrogate"
+  with store.read() as s: assert s.get(Worker, w.id).name == "nul\ufffd and a lone ? surrogate"
 
 
 def test_kernel_listing_filters_and_pages(store, cpu_worker):

@@ -60,9 +60,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   app.add_exception_handler(queue.Conflict, lambda _, e: error(409, str(e)))
   app.add_exception_handler(queue.Invalid, lambda _, e: error(422, str(e)))
 
-  @app.get("/healthz", tags=["service"])
-  def healthz() -> dict:
-    with st.engine.connect() as c: c.execute(text("SELECT 1"))
+  @app.get("/healthz", tags=["service"], responses={503: {"description": "the database does not answer"}})
+  def healthz():
+    try:
+      with st.engine.connect() as c: c.execute(text("SELECT 1"))
+    except Exception as e: return error(503, f"database: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     return {"ok": True}
 
   @app.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})

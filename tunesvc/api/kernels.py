@@ -4,8 +4,8 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from linearizer.ast import KernelAST, KernelValidationError, load
 from tunesvc.api.auth import ANY, role
-from tunesvc.api.models import HEX64, BACKEND, Device, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, ResultOut, \
-  ResultSummary, State, SubmitRequest, SubmitResponse, storable
+from tunesvc.api.models import DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, ResultOut, State, \
+  SubmitRequest, SubmitResponse, storable
 from tunesvc.store import queue, reads
 
 router = APIRouter(prefix="/v1", tags=["kernels"])
@@ -37,16 +37,16 @@ def submit(body: SubmitRequest, request: Request):
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, dependencies=[ANY])
-def job(job_id: Annotated[int, Path(ge=1, le=2**63 - 1)], request: Request):
+def job(job_id: IdPath, request: Request):
   if (found := reads.job(request.app.state.store, job_id)) is None: raise HTTPException(404, f"job {job_id} not found")
   return JobOut.of(*found)
 
 
 @router.get("/kernels", response_model=KernelPage, dependencies=[ANY])
 def kernels(request: Request, name: Annotated[Optional[str], Query(max_length=256, description="part of the name")] = None,
-            device: Annotated[Optional[str], Query(pattern=f"{BACKEND}|{HEX64}", description="has a job for this selector")] = None,
+            device: Annotated[Optional[str], Query(pattern=DEVICE, description="has a job for this selector")] = None,
             state: Annotated[Optional[State], Query(description="has a job in this state")] = None,
-            limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0):
+            limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0):
   st = request.app.state.store
   ks, more = reads.kernels(st, name, device, state, limit, offset)
   jobs = reads.jobs_of(st, [k.key for k in ks])
@@ -62,6 +62,6 @@ def kernel(key: KeyPath, request: Request):
   k = h.kernel
   return KernelDetail(key=k.key, name=k.name, flops=k.flops, bytes=k.bytes, created=k.created, document=k.document,
                       jobs=[JobOut.of(j, r) for j, r in h.jobs],
-                      results=[ResultOut(**ResultSummary.of(r).model_dump(), job_id=r.job_id, worker_id=r.worker_id, search_s=r.search_s,
-                                         created=r.created, measurements=[MeasurementOut.model_validate(m) for m in h.measurements.get(j.id, [])])
+                      results=[ResultOut.of(r, job_id=r.job_id, worker_id=r.worker_id, search_s=r.search_s, created=r.created,
+                                            measurements=[MeasurementOut.model_validate(m) for m in h.measurements.get(j.id, [])])
                                for j, r in h.jobs if r is not None])

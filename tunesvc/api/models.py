@@ -2,6 +2,7 @@
 from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Optional
+from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from linearizer.kernel import Opt, OptError
 from search.result import FAILURES, OK, SLOW, SearchResult
@@ -9,11 +10,14 @@ from tunesvc.store.models import Job, Result
 
 HEX64 = r"^[0-9a-f]{64}$"
 BACKEND = r"^[A-Z][A-Z0-9_]{0,31}$"
+DEVICE = f"{BACKEND}|{HEX64}"  # a device selector
+MAX_ID, MAX_INT = 2**63 - 1, 2**31 - 1
 Hash = Annotated[str, Field(pattern=HEX64, description="sha256 hex")]
-Device = Annotated[str, Field(pattern=f"{BACKEND}|{HEX64}", description='a backend name ("CPU", "CUDA") or an exact fingerprint hash')]
+Device = Annotated[str, Field(pattern=DEVICE, description='a backend name ("CPU", "CUDA") or an exact fingerprint hash')]
 State = Literal["queued", "running", "done", "failed"]
-Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
-Version = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
+Version = Annotated[int, Field(ge=0, le=MAX_INT)]
 LeaseS = Annotated[float, Field(ge=1, le=3600, description="seconds the lease lasts without a heartbeat")]
 Document = Annotated[dict[str, Any], Field(description="a tunesvc.kernel/1 document")]
 
@@ -26,7 +30,9 @@ def storable(x: Any, path: str = "") -> Any:
   if isinstance(x, float) and not math.isfinite(x): raise ValueError(f"{path or 'value'}: {x} is not a finite number")
   if isinstance(x, int) and not -2**63 <= x < 2**63: raise ValueError(f"{path or 'value'}: integer outside the 64-bit range")
   if isinstance(x, dict):
-    for k, v in x.items(): storable(v, f"{path}.{storable(k, path)}" if path else storable(k))
+    for k, v in x.items():
+      storable(k, path)
+      storable(v, f"{path}.{k}" if path else k)
   if isinstance(x, (list, tuple)):
     for i, v in enumerate(x): storable(v, f"{path}[{i}]")
   return x
@@ -37,7 +43,7 @@ class Request(BaseModel): model_config = ConfigDict(extra="forbid")
 class SearchSettings(Request):
   beam: int = Field(2, ge=1, le=64, description="beam width")
   budget_s: float = Field(60.0, gt=0, le=86400, description="seconds the search may take")
-  seed: int = Field(0, ge=0, le=2**31 - 1)
+  seed: int = Field(0, ge=0, le=MAX_INT)
 
 class SubmitRequest(Request):
   kernels: list[Document] = Field(min_length=1, max_length=1000)
@@ -185,7 +191,7 @@ def _result(r: SearchResult) -> SearchResult:
   for where, opts in [("best_opts", r.best_opts), ("baseline_opts", r.baseline_opts)] + [(f"candidates[{i}].opts", c.opts) for i, c in enumerate(r.candidates)]:
     try: [Opt.from_json(o) for o in opts]
     except OptError as e: raise ValueError(f"{where}: {e}") from None
-  if not 0 <= r.action_space_version < 2**31: raise ValueError("action_space_version: outside [0, 2^31)")
+  if not 0 <= r.action_space_version <= MAX_INT: raise ValueError(f"action_space_version: outside [0, {MAX_INT}]")
   if not r.best_s > 0: raise ValueError("best_s: must be positive")
   return r
 

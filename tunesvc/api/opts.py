@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from tunesvc.api.auth import lookup_role
 from tunesvc.api.kernels import load_all
-from tunesvc.api.models import HEX64, LookupRequest, LookupResponse, OptsOut
+from tunesvc.api.models import HEX64, MAX_INT, LookupRequest, LookupResponse, OptsOut
 from tunesvc.store import reads
 
 router = APIRouter(prefix="/v1/opts", tags=["opts"], dependencies=[Depends(lookup_role)])
@@ -22,7 +22,7 @@ def answers(request: Request, keys: list[str], fingerprint: str, version: Option
 
 @router.get("/{kernel_key}", response_model=OptsOut)
 def opts(kernel_key: Annotated[str, Path(pattern=HEX64)], fingerprint: Annotated[str, Query(pattern=HEX64)], request: Request,
-         action_space_version: Annotated[Optional[int], Query(ge=0, le=2**31 - 1, description="default: the newest tuned")] = None):
+         action_space_version: Annotated[Optional[int], Query(ge=0, le=MAX_INT, description="default: the newest tuned")] = None):
   """The fastest verified opts of this kernel on this fingerprint, or 404: then run the hand-coded ones."""
   if (a := answers(request, [kernel_key], fingerprint, action_space_version)[0]) is None:
     raise HTTPException(404, f"kernel {kernel_key} is not tuned for fingerprint {fingerprint}"

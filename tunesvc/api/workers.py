@@ -1,15 +1,13 @@
 """What a worker does over HTTP: register its device, claim a job under a lease, heartbeat, report, release.
 The rules (who may report when, what an attempt costs) are in tunesvc/store/queue.py; here they become 404, 409 and 422."""
 from __future__ import annotations
-from typing import Annotated
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Request, Response
 from tunesvc.api.auth import role
-from tunesvc.api.models import ClaimOut, ClaimRequest, HeartbeatOut, HeartbeatRequest, JobOut, RegisterRequest, ReleaseRequest, \
-  ReportOut, ReportRequest, WorkerOut
+from tunesvc.api.models import ClaimOut, ClaimRequest, HeartbeatOut, HeartbeatRequest, IdPath, JobOut, RegisterRequest, \
+  ReleaseRequest, ReportOut, ReportRequest, WorkerOut
 from tunesvc.store import queue
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[role("worker")])
-WorkerId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
 @router.post("", response_model=WorkerOut, status_code=201)
@@ -19,7 +17,7 @@ def register(body: RegisterRequest, request: Request):
 
 
 @router.post("/{worker_id}/claim", response_model=ClaimOut, responses={204: {"description": "no job for this worker's device"}})
-def claim(worker_id: WorkerId, body: ClaimRequest, request: Request):
+def claim(worker_id: IdPath, body: ClaimRequest, request: Request):
   """The next job for this worker's fingerprint (selector = its backend or its exact hash), leased for lease_s."""
   if (got := queue.claim(request.app.state.store, worker_id, body.lease_s)) is None: return Response(status_code=204)
   j, k = got
@@ -28,14 +26,14 @@ def claim(worker_id: WorkerId, body: ClaimRequest, request: Request):
 
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatOut, responses={409: {"description": "the job was taken away"}})
-def heartbeat(worker_id: WorkerId, body: HeartbeatRequest, request: Request):
+def heartbeat(worker_id: IdPath, body: HeartbeatRequest, request: Request):
   """Extend the lease. 409 when the job was taken away: stop searching it."""
   j = queue.heartbeat(request.app.state.store, worker_id, body.job_id, body.lease_s)
   return HeartbeatOut(job_id=j.id, lease_expires=j.lease_expires)
 
 
 @router.post("/{worker_id}/report", response_model=ReportOut, responses={409: {"description": "another worker holds the job, or it ended"}})
-def report(worker_id: WorkerId, body: ReportRequest, request: Request):
+def report(worker_id: IdPath, body: ReportRequest, request: Request):
   """A finished search (idempotent: a repeat returns the stored result), or why the attempt failed."""
   st = request.app.state.store
   if body.result is None:
@@ -46,6 +44,6 @@ def report(worker_id: WorkerId, body: ReportRequest, request: Request):
 
 
 @router.post("/{worker_id}/release", response_model=JobOut)
-def release(worker_id: WorkerId, body: ReleaseRequest, request: Request):
+def release(worker_id: IdPath, body: ReleaseRequest, request: Request):
   """Give the job back without costing an attempt (the worker is shutting down)."""
   return JobOut.of(queue.release(request.app.state.store, worker_id, body.job_id), None)

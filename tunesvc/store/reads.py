@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 from sqlalchemy import Row, exists, func, select
 from tunesvc.store import Store
-from tunesvc.store.models import Best, Job, Kernel, Measurement, Result, Worker
+from tunesvc.store.models import Best, Job, Kernel, Measurement, Result
 
 
 def job(st: Store, job_id: int) -> tuple[Job, Optional[Result]] | None:
@@ -63,6 +63,3 @@ def lookup(st: Store, keys: Sequence[str], fingerprint_hash: str, action_space_v
 
 def jobs_by_state(st: Store) -> dict[str, int]:
   with st.read() as s: return dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
-
-def worker(st: Store, worker_id: int) -> Worker | None:
-  with st.read() as s: return s.get(Worker, worker_id)
