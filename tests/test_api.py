@@ -282,7 +282,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
   assert len(ops) == 13
   for op in ops:
     @given(case=op.as_strategy())
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def fuzz(case): case.call_and_validate(checks=[not_a_server_error])
     fuzz()
 

@@ -130,12 +130,12 @@ def test_lapsed_leases_requeue_until_attempts_run_out(store, cpu_worker):
 
 def test_a_heartbeat_keeps_the_lease_and_a_late_report_of_an_unclaimed_job_is_kept(store, cpu_worker):
   (job, _), = queue.submit(store, [example("sum_all")], "CPU", {})
-  queue.claim(store, cpu_worker.id, 0.2)
-  for _ in range(3):
-    time.sleep(0.1)
-    assert queue.heartbeat(store, cpu_worker.id, job.id, 0.2).lease_expires > time.time()
+  queue.claim(store, cpu_worker.id, 0.5)
+  for _ in range(4):  # outlives the first lease
+    time.sleep(0.2)
+    assert queue.heartbeat(store, cpu_worker.id, job.id, 0.5).lease_expires > time.time()
   assert queue.expire(store) == 0
-  time.sleep(0.25)
+  time.sleep(0.6)
   assert queue.expire(store) == 1 and reads.job(store, job.id)[0].state == "queued"
   res, dup = report(store, cpu_worker, job.id)  # nobody took it since: the finished search is kept
   j, r = reads.job(store, job.id)

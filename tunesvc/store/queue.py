@@ -34,6 +34,11 @@ def _get(s: Session, model, ident, lock: bool = False):
   if (row := s.get(model, ident, with_for_update=lock)) is None: raise NotFound(f"{model.__tablename__[:-1]} {ident} not found")
   return row
 
+def _worker(s: Session, worker_id: int) -> tuple[Worker, Fingerprint]:
+  q = select(Worker, Fingerprint).join(Fingerprint, Fingerprint.hash == Worker.fingerprint_hash).where(Worker.id == worker_id)
+  if (row := s.execute(q).first()) is None: raise NotFound(f"worker {worker_id} not found")
+  return tuple(row)
+
 
 def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, priority: int = 0,
            max_attempts: int = 3) -> list[tuple[Job, Optional[Result]]]:
@@ -84,14 +89,14 @@ def claim(st: Store, worker_id: int, lease_s: float) -> tuple[Job, Kernel] | Non
   t = time.time()
   with st.write() as s:
     _expire(s, t)
-    w = _get(s, Worker, worker_id)
-    fp = _get(s, Fingerprint, w.fingerprint_hash)
-    job = s.scalars(select(Job).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)))
-                    .order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(skip_locked=True)).first()
-    w.last_heartbeat, w.state = t, "idle" if job is None else "busy"
-    if job is None: return None
+    w, fp = _worker(s, worker_id)
+    got = s.execute(select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)))
+                    .order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(of=Job, skip_locked=True)).first()
+    w.last_heartbeat, w.state = t, "idle" if got is None else "busy"
+    if got is None: return None
+    job, kernel = got
     job.state, job.lease_owner, job.lease_expires, job.started = "running", w.id, t + lease_s, t
-    return job, s.get(Kernel, job.kernel_key)
+    return job, kernel
 
 
 def _held(s: Session, worker_id: int, job_id: int, t: float) -> tuple[Worker, Job]:
@@ -132,7 +137,7 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult) -> tuple[Res
   """Store a finished search: (the result row, whether it was stored before by this same report)."""
   t = time.time()
   with st.write() as s:
-    w, job = _get(s, Worker, worker_id), _get(s, Job, job_id, lock=True)
+    (w, fp), job = _worker(s, worker_id), _get(s, Job, job_id, lock=True)
     if job.state == "done":
       prev = s.get(Result, job.result_id)
       if prev.worker_id == w.id: return prev, True
@@ -140,7 +145,6 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult) -> tuple[Res
     if job.state == "failed": raise Conflict(f"job {job_id} has failed:\n{job.error}")
     if job.state == "running" and job.lease_owner != w.id:
       raise Conflict(f"job {job_id} is held by worker {job.lease_owner}: the lease of worker {w.id} lapsed and the job was claimed again")
-    fp = _get(s, Fingerprint, w.fingerprint_hash)
     if r.kernel_key != job.kernel_key: raise Invalid(f"the result is for kernel {r.kernel_key}, job {job_id} tunes {job.kernel_key}")
     if r.fingerprint_hash != fp.hash: raise Invalid(f"the result's fingerprint {r.fingerprint_hash} is not worker {w.id}'s {fp.hash}")
     if job.device not in (fp.backend, fp.hash): raise Invalid(f"job {job_id} is for device {job.device}, worker {w.id} is {fp.backend} {fp.hash}")
