@@ -1,6 +1,6 @@
 """The `tunesvc` command line."""
 from __future__ import annotations
-import argparse, gzip, hashlib, json, statistics, sys, time
+import argparse, dataclasses, gzip, hashlib, json, statistics, sys, time
 from typing import Iterator, NoReturn, Optional
 import numpy as np
 from devices import registry
@@ -207,6 +207,17 @@ def cmd_tune(args) -> int:
   if not args.json: Console().print(table)
   return 0 if ok else 1
 
+def cmd_serve(args) -> int:
+  import uvicorn
+  from tunesvc.api import create_app
+  from tunesvc.config import Settings
+  settings = Settings.from_env()
+  if args.db: settings = dataclasses.replace(settings, database_url=args.db)
+  if not settings.tokens and args.host not in ("127.0.0.1", "localhost", "::1"):
+    print(f"WARNING: no tokens configured (TUNESVC_TOKENS): anyone who reaches {args.host}:{args.port} may do everything", file=sys.stderr)
+  uvicorn.run(create_app(settings), host=args.host, port=args.port)
+  return 0
+
 
 def main(argv: Optional[list[str]] = None) -> int:
   p = argparse.ArgumentParser(prog="tunesvc", description="Kernel autotuning service.")
@@ -241,6 +252,11 @@ def main(argv: Optional[list[str]] = None) -> int:
   t.add_argument("--json", action="store_true", help="one JSON object per kernel")
   t.add_argument("--no-cache", action="store_true", help="search even where a cached result exists (and replace it)")
   t.set_defaults(fn=cmd_tune)
+  sv = sub.add_parser("serve", help="run the HTTP API (SQLite under the user's data dir unless --db or TUNESVC_DATABASE_URL)")
+  sv.add_argument("--host", default="127.0.0.1")
+  sv.add_argument("--port", type=int, default=8000)
+  sv.add_argument("--db", metavar="URL", help="database URL, e.g. postgresql+psycopg://user@host/db")
+  sv.set_defaults(fn=cmd_serve)
   args = p.parse_args(argv)
   return args.fn(args)
 

@@ -1,0 +1,43 @@
+"""Realistic search results for the service's tests: example kernels, the hand-coded schedule as the baseline, and
+candidates of every kind a search measures (the seeds, a winner, one stopped early, failures)."""
+import functools, json
+from pathlib import Path
+from devices import cpu
+from linearizer.ast import KernelAST, loads
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel
+from search.result import Candidate, SearchResult
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "kernels").glob("*.json"))
+CUDA_FP = {"backend": "CUDA", "arch": "sm_90", "compiler": "nvrtc", "compiler_version": "12.4", "driver": "550.54"}
+CUDA_HASH = cpu.fingerprint_hash(CUDA_FP)
+
+
+@functools.cache
+def example(name: str) -> KernelAST: return loads((EXAMPLES[0].parent / f"{name}.json").read_text())
+
+def examples() -> list[KernelAST]: return [loads(p.read_text()) for p in EXAMPLES]
+
+@functools.cache
+def cpu_fingerprint() -> tuple[dict, str]:
+  fp = cpu.fingerprint()
+  return fp, cpu.fingerprint_hash(fp)
+
+
+def search_result(k: KernelAST, fp: dict, fp_hash: str, best_s: float = 1e-3, verified: bool = True, version: int = 1,
+                  settings: dict | None = None) -> SearchResult:
+  base = [o.to_json() for o in hand_coded_optimizations(Kernel(k, cpu.options()))]
+  best = base + [{"op": "UNROLL", "axis": 0, "amt": 2}]
+  src = lambda i: f"{i:064x}"
+  cands = [Candidate([], "ok", 0, src(1), "", 0.04, [best_s * 4.1, best_s * 4.0, best_s * 4.2], True),
+           Candidate(base, "ok", 0, src(2), "", 0.05, [best_s * 2.0, best_s * 2.1], True),
+           Candidate(best, "ok" if verified else "mismatch", 1, src(3), "" if verified else "out[3]: 1.5 != 2.0", 0.06,
+                     [best_s * 1.01, best_s, best_s * 1.02], verified),
+           Candidate(base + [{"op": "UPCAST", "axis": 1, "amt": 8}], "slow", 1, src(4), "", 0.07, [best_s * 9], False),
+           Candidate(base + [{"op": "UNROLL", "axis": 0, "amt": 16}], "compile_error", 1, "", "cc failed (1): too many registers", 0.2),
+           Candidate(base + [{"op": "UPCAST", "axis": 0, "amt": 16}], "timeout", 2, src(6), "no answer after 5.0s", 0.08)]
+  return SearchResult(k.key, k.name or "", fp["backend"], fp, fp_hash, version, settings or {"beam": 2, "budget_s": 60.0, "seed": 0},
+                      k.var_vals(), k.flops(), k.bytes(), base, best_s * 2.0, best, best_s, 2.0, (1.9, 2.1), verified,
+                      "void kernel(float* restrict data0) { }", 3.5, cands)
+
+def result_json(*a, **kw) -> dict: return json.loads(json.dumps(search_result(*a, **kw).to_json()))

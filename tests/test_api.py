@@ -1,0 +1,306 @@
+"""The HTTP API in-process (TestClient over a SQLite store): every endpoint's success and bad input, tokens, limits, and a
+schemathesis run over the OpenAPI schema that must find no 5xx."""
+import json, os, socket, subprocess, sys, time
+import httpx
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from search_results import CUDA_FP, CUDA_HASH, cpu_fingerprint, example, examples, result_json
+from tunesvc.api import create_app
+from tunesvc.config import Settings
+
+TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}
+SUB, WRK, ADM = ({"Authorization": f"Bearer {t}"} for t in TOKENS)
+
+
+def make_client(tmp_path, **kw) -> TestClient:
+  return TestClient(create_app(Settings(database_url=f"sqlite:///{tmp_path}/api.db", tokens=TOKENS, **kw)))
+
+@pytest.fixture
+def api(tmp_path):
+  with make_client(tmp_path, max_attempts=2) as c: yield c
+
+def submit(api, kernels, **kw):
+  r = api.post("/v1/kernels", json={"kernels": [k.to_json() for k in kernels], **kw}, headers=SUB)
+  assert r.status_code == 202, r.text
+  return r.json()["jobs"]
+
+def register(api, name="cpu-0", fp=None, h=None) -> int:
+  fp, h = (fp, h) if fp else cpu_fingerprint()
+  r = api.post("/v1/workers", json={"name": name, "device": "CPU", "fingerprint": fp, "fingerprint_hash": h}, headers=WRK)
+  assert r.status_code == 201, r.text
+  return r.json()["worker_id"]
+
+def claim(api, wid, lease_s=60):
+  r = api.post(f"/v1/workers/{wid}/claim", json={"lease_s": lease_s}, headers=WRK)
+  return None if r.status_code == 204 else r.json()
+
+def report(api, wid, job, **kw):
+  fp, h = cpu_fingerprint()
+  return api.post(f"/v1/workers/{wid}/report", json={"job_id": job["job_id"], "result": result_json(example_of(job), fp, h, **kw)}, headers=WRK)
+
+def example_of(job):
+  return next(k for k in examples() if k.key == job["kernel_key"])
+
+
+def test_submit_answers_a_job_per_kernel_and_identical_requests_share_it(api):
+  ks = examples()
+  jobs = submit(api, ks, device="CPU", search={"beam": 2, "budget_s": 60})
+  assert [j["kernel_key"] for j in jobs] == [k.key for k in ks] and {j["state"] for j in jobs} == {"queued"}
+  assert jobs[0]["settings"] == {"beam": 2, "budget_s": 60.0, "seed": 0} and jobs[0]["result"] is None
+  assert [j["job_id"] for j in submit(api, ks, search={"budget_s": 60.0})] == [j["job_id"] for j in jobs]  # defaults fill in
+  assert submit(api, ks[:1], search={"beam": 4})[0]["job_id"] not in {j["job_id"] for j in jobs}
+  got = api.get(f"/v1/jobs/{jobs[0]['job_id']}", headers=SUB).json()
+  assert {k: got[k] for k in ("job_id", "kernel_key", "state", "error", "result")} == \
+         {"job_id": jobs[0]["job_id"], "kernel_key": ks[0].key, "state": "queued", "error": "", "result": None}
+
+
+def test_submit_names_every_invalid_kernel_by_index_and_json_path(api):
+  good = example("sum_all").to_json()
+  bad_op = json.loads(json.dumps(good))
+  bad_op["ast"]["src"][0]["op"] = "FROB"
+  body = {"kernels": [good, {"format": "tunesvc.kernel/1"}, good, bad_op, {**good, "name": "\ud800"}]}
+  r = api.post("/v1/kernels", content=json.dumps(body), headers={**SUB, "Content-Type": "application/json"})  # \u escapes: httpx will not encode a lone surrogate
+  assert r.status_code == 422
+  assert [(e["loc"], e["path"]) for e in r.json()["detail"]] == [
+    (["body", "kernels", 1], "$"), (["body", "kernels", 3], "ast.src[0].op"), (["body", "kernels", 4], "name")]
+  assert r.json()["detail"][1]["msg"] == "kernels[3] ast.src[0].op: unknown op 'FROB'"
+  assert api.get("/v1/kernels", headers=SUB).json()["kernels"] == []  # nothing of a rejected batch is stored
+
+
+@pytest.mark.parametrize("body, where", [
+  ({"kernels": []}, ["body", "kernels"]),
+  ({"device": "CPU"}, ["body", "kernels"]),
+  ({"kernels": [{}], "device": "cpu"}, ["body", "device"]),
+  ({"kernels": [{}], "search": {"beam": 0}}, ["body", "search", "beam"]),
+  ({"kernels": [{}], "search": {"budget_s": -1}}, ["body", "search", "budget_s"]),
+  ({"kernels": [{}], "search": {"beams": 2}}, ["body", "search", "beams"]),
+  ({"kernels": [{}], "priority": 10**6}, ["body", "priority"]),
+  ({"kernels": "x"}, ["body", "kernels"]),
+  ([1, 2], ["body"]),
+])
+def test_submit_rejects_bad_requests_naming_the_field(api, body, where):
+  r = api.post("/v1/kernels", json=body, headers=SUB)
+  assert r.status_code == 422 and r.json()["detail"][0]["loc"] == where, r.text
+
+
+@pytest.mark.parametrize("body, status, says", [
+  (b'{"kernels": [', 400, "malformed JSON at character 13"),
+  (b'{"kernels": [1e999]}', 422, "valid dictionary"),
+  (b"\xff\xfe", 400, "malformed JSON at character 0"),
+  (b"[" * 100000 + b"]" * 100000, 400, "error parsing the body"),
+])
+def test_malformed_bodies_get_a_4xx_naming_the_problem(api, body, status, says):
+  r = api.post("/v1/kernels", content=body, headers={**SUB, "Content-Type": "application/json"})
+  assert r.status_code == status and says in r.text, r.text
+
+
+def test_oversize_bodies_are_refused(tmp_path):
+  with make_client(tmp_path, max_body_bytes=4096) as api:
+    doc = example("matmul_512").to_json()
+    assert api.post("/v1/kernels", json={"kernels": [doc]}, headers=SUB).status_code == 202
+    assert api.post("/v1/kernels", json={"kernels": [doc] * 8}, headers=SUB).status_code == 413
+    chunks = (b'{"kernels": [' + b" " * 1000 for _ in range(8))  # no Content-Length: counted as it streams
+    assert api.post("/v1/kernels", content=chunks, headers={**SUB, "Content-Type": "application/json"}).status_code == 413
+
+
+def test_tokens_and_roles(tmp_path):
+  with make_client(tmp_path) as api:
+    body = {"kernels": [example("sum_all").to_json()]}
+    r = api.post("/v1/kernels", json=body)
+    assert r.status_code == 401 and "missing token" in r.json()["detail"] and r.headers["WWW-Authenticate"] == "Bearer"
+    assert api.post("/v1/kernels", json=body, headers={"Authorization": "Bearer nope"}).json() == {"detail": "unknown token"}
+    r = api.post("/v1/kernels", json=body, headers=WRK)
+    assert r.status_code == 403 and r.json()["detail"] == "a worker token may not do this: it needs submit"
+    assert api.post("/v1/workers/1/claim", json={}, headers=SUB).status_code == 403
+    assert api.post("/v1/kernels", json=body, headers=ADM).status_code == 202
+    assert api.get("/v1/jobs/1").status_code == 401 and api.get("/v1/jobs/1", headers=WRK).status_code == 200
+    key, h = example("sum_all").key, "0" * 64
+    assert api.get(f"/v1/opts/{key}", params={"fingerprint": h}).status_code == 404  # lookups are open by default
+  with make_client(tmp_path, open_lookups=False) as api:
+    assert api.get(f"/v1/opts/{key}", params={"fingerprint": h}).status_code == 401
+    assert api.post("/v1/opts/lookup", json={"fingerprint": h, "keys": [key]}).status_code == 401
+    assert api.get(f"/v1/opts/{key}", params={"fingerprint": h}, headers=SUB).status_code == 404
+
+
+def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
+  k = example("matmul_512")
+  job, = submit(api, [k])
+  wid = register(api)
+  c = claim(api, wid)
+  assert c["job_id"] == job["job_id"] and c["kernel"] == k.to_json() and c["settings"]["beam"] == 2 and c["lease_expires"] > time.time()
+  assert claim(api, wid) is None
+  hb = api.post(f"/v1/workers/{wid}/heartbeat", json={"job_id": c["job_id"], "lease_s": 120}, headers=WRK).json()
+  assert hb["lease_expires"] > c["lease_expires"]
+  r = report(api, wid, job).json()
+  assert r["state"] == "done" and not r["duplicate"]
+  assert report(api, wid, job).json() == {**r, "duplicate": True}
+  got = api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()
+  fp, h = cpu_fingerprint()
+  assert got["state"] == "done" and got["result"]["speedup"] == 2.0 and got["result"]["fingerprint"] == h and got["finished"]
+  opts = api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).json()
+  assert opts == {"kernel_key": k.key, "fingerprint": h, "action_space_version": 1, "opts": got["result"]["opts"], "best_s": 1e-3, "baseline_s": 2e-3}
+  assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h, "action_space_version": 2}).status_code == 404
+  assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": CUDA_HASH}).status_code == 404
+  other = example("sum_all")
+  looked = api.post("/v1/opts/lookup", json={"fingerprint": h, "keys": [other.key, k.key], "kernels": [k.to_json()]}).json()["results"]
+  assert looked == [None, opts, opts]
+  detail = api.get(f"/v1/kernels/{k.key}", headers=SUB).json()
+  assert detail["document"] == k.to_json() and [j["job_id"] for j in detail["jobs"]] == [job["job_id"]]
+  res, = detail["results"]
+  assert res["worker_id"] == wid and res["opts"] == opts["opts"] and len(res["measurements"]) == 6
+  assert [m["status"] for m in res["measurements"]] == ["ok", "ok", "ok", "slow", "compile_error", "timeout"]
+  again, = submit(api, [k])  # tuned: answered at once
+  assert again["job_id"] == job["job_id"] and again["state"] == "done" and again["result"] == got["result"]
+  metrics = api.get("/metrics").text
+  assert 'tunesvc_lookups_total{outcome="hit"} 3.0' in metrics and 'tunesvc_lookups_total{outcome="miss"} 3.0' in metrics
+  assert 'tunesvc_jobs{state="done"} 1.0' in metrics
+  assert 'tunesvc_requests_total{method="POST",route="/v1/workers/{worker_id}/report",status="200"} 2.0' in metrics
+
+
+def test_claims_match_the_worker_fingerprint_and_unknown_workers_are_404(api):
+  submit(api, [example("sum_all")], device="CUDA")
+  wid = register(api)
+  assert api.post(f"/v1/workers/{wid}/claim", json={}, headers=WRK).status_code == 204
+  gpu = register(api, "gpu-0", CUDA_FP, CUDA_HASH)
+  assert claim(api, gpu)["device"] == "CUDA"
+  r = api.post("/v1/workers/999/claim", json={}, headers=WRK)
+  assert r.status_code == 404 and r.json()["detail"] == "worker 999 not found"
+  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": CUDA_FP, "fingerprint_hash": cpu_fingerprint()[1]}, headers=WRK)
+  assert r.status_code == 422 and "different fingerprint" in r.json()["detail"]
+  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": {"arch": "x"}, "fingerprint_hash": "0" * 64}, headers=WRK)
+  assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "fingerprint", "backend"]
+
+
+def test_a_job_taken_away_refuses_the_old_workers_heartbeat_and_report(api):
+  job, = submit(api, [example("sum_all")])
+  a, b = register(api, "a"), register(api, "b")
+  claim(api, a, lease_s=1)
+  time.sleep(1.1)
+  assert claim(api, b)["attempts"] == 1  # the lapsed lease was swept and the job claimed again
+  r = api.post(f"/v1/workers/{a}/heartbeat", json={"job_id": job["job_id"]}, headers=WRK)
+  assert r.status_code == 409 and r.json()["detail"] == f"job {job['job_id']} is not held by worker {a}: it is running under worker {b}"
+  r = report(api, a, job)
+  assert r.status_code == 409 and "the lease of worker" in r.json()["detail"]
+  assert report(api, b, job).status_code == 200
+
+
+def test_failure_reports_requeue_then_fail_with_every_reason_and_release_costs_nothing(api):
+  job_id = submit(api, [example("sum_all")])[0]["job_id"]
+  wid = register(api)
+  for reason, state in [("device lost", "queued"), ("out of memory", "failed")]:
+    claim(api, wid)
+    assert api.post(f"/v1/workers/{wid}/release", json={"job_id": job_id}, headers=WRK).json()["state"] == "queued"
+    claim(api, wid)
+    assert api.post(f"/v1/workers/{wid}/report", json={"job_id": job_id, "error": reason}, headers=WRK).json()["state"] == state
+  got = api.get(f"/v1/jobs/{job_id}", headers=SUB).json()
+  assert got["state"] == "failed" and got["error"] == f"attempt 1: worker {wid} (cpu-0): device lost\nattempt 2: worker {wid} (cpu-0): out of memory\n"
+  r = api.post(f"/v1/workers/{wid}/release", json={"job_id": job_id}, headers=WRK)
+  assert r.status_code == 409 and r.json()["detail"] == f"job {job_id} is not held by worker {wid}: it is failed"
+
+
+def test_reports_are_validated(api):
+  job, = submit(api, [example("sum_all")])
+  wid = register(api)
+  claim(api, wid)
+  fp, h = cpu_fingerprint()
+  good = result_json(example("sum_all"), fp, h)
+  def send(**change):  # json.dumps writes NaN and Infinity, as a careless worker's JSON library might
+    return api.post(f"/v1/workers/{wid}/report", content=json.dumps({"job_id": job["job_id"], **change}),
+                    headers={**WRK, "Content-Type": "application/json"})
+  cases = [({"result": {**good, "best_s": float("nan")}}, "best_s: nan is not a finite number"),
+           ({"result": {**good, "candidates": [{**good["candidates"][0], "times_s": [1e999]}]}}, "candidates[0].times_s[0]: inf"),
+           ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "great"}]}}, "'great' is not one of"),
+           ({"result": {**good, "best_opts": [{"op": "WARP", "axis": 0, "amt": 2}]}}, "best_opts: not an opt"),
+           ({"result": {**good, "action_space_version": -1}}, "action_space_version"),
+           ({"result": good, "error": "both"}, "exactly one of result and error"),
+           ({}, "exactly one of result and error"),
+           ({"result": result_json(example("matmul_512"), fp, h)}, "the result is for kernel"),
+           ({"result": {k: v for k, v in good.items() if k != "best_s"}}, '"loc": ["body", "result", "best_s"], "msg": "Field required"')]
+  for change, says in cases:
+    r = send(**change)
+    assert r.status_code == 422 and says in r.text, (change.keys(), r.text)
+  assert send(result=good).status_code == 200
+
+
+def test_unknown_and_malformed_ids_and_keys(api):
+  zero = "0" * 64
+  assert api.get("/v1/jobs/999", headers=SUB).json() == {"detail": "job 999 not found"}
+  assert api.get(f"/v1/kernels/{zero}", headers=SUB).status_code == 404
+  for url in ["/v1/jobs/0", "/v1/jobs/abc", f"/v1/jobs/{2**64}", "/v1/kernels/XYZ", f"/v1/opts/{zero}", f"/v1/opts/{zero}?fingerprint=abc",
+              "/v1/opts/abc?fingerprint=" + zero, "/v1/kernels?limit=0", "/v1/kernels?state=lost", "/v1/kernels?device=cpu%00"]:
+    assert api.get(url, headers=SUB).status_code == 422, url
+  r = api.post("/v1/opts/lookup", json={"fingerprint": zero, "keys": ["nope"], "kernels": [{"format": "x"}]})
+  assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "keys", 0]
+  r = api.post("/v1/opts/lookup", json={"fingerprint": zero, "kernels": [{"format": "x"}]})
+  assert r.status_code == 422 and r.json()["detail"][0]["msg"] == "kernels[0] $: missing key 'ast'"
+  assert api.post("/v1/workers/1/heartbeat", json={"job_id": 1}, headers=WRK).status_code == 404
+
+
+def test_kernels_are_listed_filtered_and_paged(api):
+  ks = examples()
+  submit(api, ks)
+  submit(api, [example("matmul_512")], device="CUDA")
+  first = api.get("/v1/kernels", params={"limit": 5}, headers=SUB).json()
+  rest = api.get("/v1/kernels", params={"limit": 5, "offset": first["next_offset"]}, headers=SUB).json()
+  last = api.get("/v1/kernels", params={"limit": 5, "offset": rest["next_offset"]}, headers=SUB).json()
+  assert last["next_offset"] is None and len({k["key"] for p in (first, rest, last) for k in p["kernels"]}) == len(ks)
+  cuda = api.get("/v1/kernels", params={"device": "CUDA"}, headers=SUB).json()["kernels"]
+  assert [k["name"] for k in cuda] == ["matmul_512"] and [j["device"] for j in cuda[0]["jobs"]] == ["CPU", "CUDA"]
+  assert [k["name"] for k in api.get("/v1/kernels", params={"name": "softmax_"}, headers=SUB).json()["kernels"]] != []
+  assert api.get("/v1/kernels", params={"state": "done"}, headers=SUB).json() == {"kernels": [], "next_offset": None}
+
+
+def test_health_metrics_and_the_openapi_schema(api, tmp_path):
+  assert api.get("/healthz").json() == {"ok": True}
+  assert "tunesvc_request_seconds_bucket" in api.get("/metrics").text
+  assert api.get("/docs").status_code == 200
+  paths = api.get("/openapi.json").json()["paths"]
+  assert {"/v1/kernels", "/v1/jobs/{job_id}", "/v1/kernels/{key}", "/v1/opts/{kernel_key}", "/v1/opts/lookup", "/v1/workers",
+          "/v1/workers/{worker_id}/claim", "/v1/workers/{worker_id}/heartbeat", "/v1/workers/{worker_id}/report",
+          "/v1/workers/{worker_id}/release", "/healthz", "/metrics"} <= set(paths)
+  api.app.state.store.engine.dispose()
+  (tmp_path / "api.db").rename(tmp_path / "gone.db")
+  (tmp_path / "api.db").mkdir()  # the database can no longer be opened
+  r = api.get("/healthz")
+  assert r.status_code == 503 and r.json()["detail"].startswith("database: OperationalError")
+
+
+def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
+  """No tokens, so the fuzzer reaches past authentication; a few kernels, a worker and a tuned result to find."""
+  app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/fuzz.db", max_body_bytes=1 << 20))
+  with TestClient(app) as api:
+    job, = submit(api, [example("sum_all")])
+    submit(api, examples()[:4])
+    wid = register(api)
+    claim(api, wid)
+    report(api, wid, job)
+  schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+  ops = [r.ok() for r in schema.get_all_operations()]
+  assert len(ops) == 13
+  for op in ops:
+    @given(case=op.as_strategy())
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def fuzz(case): case.call_and_validate(checks=[not_a_server_error])
+    fuzz()
+
+
+def test_tunesvc_serve_runs_the_app_with_uvicorn(tmp_path):
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  env = {**os.environ, "TUNESVC_TOKENS": "sub:submit"}
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--db", f"sqlite:///{tmp_path}/serve.db"],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    for _ in range(200):
+      try:
+        if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200: break
+      except httpx.TransportError: time.sleep(0.05)
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/kernels", json={"kernels": [example("sum_all").to_json()]}, headers=SUB)
+    assert r.status_code == 202 and httpx.get(f"http://127.0.0.1:{port}/v1/jobs/1").status_code == 401
+  finally:
+    p.terminate()
+    p.wait(10)

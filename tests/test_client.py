@@ -1,0 +1,162 @@
+"""The client library against a real server (uvicorn on a loopback port): the user and worker calls, and opts_for's
+local cache (hits without network, misses, offline, cross-process safety, the cost of a hit)."""
+import json, socket, subprocess, sys, threading, time
+import pytest
+import uvicorn
+from search_results import cpu_fingerprint, example, search_result
+from tunesvc.api import create_app
+from tunesvc.cache import OptsCache
+from tunesvc.client import Client, ServiceError
+from tunesvc.config import Settings
+
+TOKENS = {"sub": "submit", "wrk": "worker"}
+
+
+@pytest.fixture
+def server(tmp_path):
+  app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/client.db", tokens=TOKENS))
+  sock = socket.socket()
+  sock.bind(("127.0.0.1", 0))
+  srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+  t = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+  t.start()
+  while not srv.started: time.sleep(0.01)
+  yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+  srv.should_exit = True
+  t.join(10)
+
+def tune(url, k, **kw) -> dict:
+  """Submit k, and have a worker claim it and report a result: the server's job record."""
+  fp, h = cpu_fingerprint()
+  with Client(url, "sub") as user, Client(url, "wrk") as worker:
+    job, = user.submit([k])
+    wid = worker.register("cpu-0", "CPU", fp, h)
+    assert worker.claim(wid)["job_id"] == job["job_id"]
+    worker.report(wid, job["job_id"], search_result(k, fp, h, **kw))
+    return user.job(job["job_id"])
+
+
+def test_the_user_and_worker_calls(server):
+  k, (fp, h) = example("matmul_512"), cpu_fingerprint()
+  user, worker = Client(server, "sub"), Client(server, "wrk")
+  job, = user.submit([k], "CPU", {"beam": 3})
+  assert job["state"] == "queued" and job["settings"]["beam"] == 3 and user.submit([k.to_json()], search={"beam": 3}) == [job]
+  wid = worker.register("cpu-0", "CPU", fp, h)
+  c = worker.claim(wid, lease_s=30)
+  assert c["kernel"] == k.to_json() and worker.claim(wid) is None
+  assert worker.heartbeat(wid, c["job_id"], 60)["lease_expires"] > c["lease_expires"]
+  assert worker.release(wid, c["job_id"])["state"] == "queued"
+  assert worker.fail(wid, worker.claim(wid)["job_id"], "device lost")["state"] == "queued"
+  worker.claim(wid)
+  r = search_result(k, fp, h)
+  first = worker.report(wid, job["job_id"], r)
+  assert worker.report(wid, job["job_id"], r) == {**first, "duplicate": True}
+  with pytest.raises(ServiceError) as e: worker.heartbeat(wid, job["job_id"])
+  assert e.value.status == 409 and "it is done" in e.value.detail
+  assert user.job(job["job_id"])["result"]["opts"] == r.best_opts
+  assert len(user.kernel(k.key)["results"][0]["measurements"]) == len(r.candidates)
+  assert user.lookup(h, [k.key, "0" * 64])[0]["opts"] == r.best_opts and user.lookup(h, kernels=[k]) == user.lookup(h, [k.key])[:1]
+  with pytest.raises(ServiceError) as e: worker.submit([k])
+  assert e.value.status == 403
+  with pytest.raises(ServiceError) as e: user.submit([{"format": "x"}])
+  assert e.value.status == 422 and e.value.detail[0]["path"] == "$"
+
+
+def test_opts_for_asks_the_server_once_then_answers_from_the_cache(server, tmp_path):
+  k, (_, h) = example("softmax_exp_sum"), cpu_fingerprint()
+  job = tune(server, k)
+  with Client(server, cache_dir=tmp_path / "cache") as c:
+    assert c.opts_for(k, h, 1) == job["result"]["opts"]
+  with Client("http://127.0.0.1:9", cache_dir=tmp_path / "cache") as offline:  # nothing listens there
+    assert offline.opts_for(k, h, 1) == job["result"]["opts"] and offline.opts_for(k.key, h, 1) == job["result"]["opts"]
+    assert offline._down_until == 0.0  # the hit never tried the network
+    assert offline.opts_for(k, h, 2) is None  # another action-space version is another answer
+
+
+def test_a_miss_answers_none_and_can_queue_the_kernel(server, tmp_path):
+  k, (_, h) = example("elementwise_chain"), cpu_fingerprint()
+  lookups = lambda: sum(float(line.split()[-1]) for line in Client(server).http.get("/metrics").text.splitlines()
+                        if line.startswith("tunesvc_lookups_total"))
+  with Client(server, "sub", cache_dir=tmp_path) as c:
+    assert c.opts_for(k, h, 1, submit="CPU") is None
+    assert [j["kernel_key"] for j in Client(server, "sub").submit([k])] == [k.key]
+    asked = lookups()
+    assert c.opts_for(k, h, 1, submit="CPU") is None and lookups() == asked  # a recent miss is not asked again
+  with Client(server, cache_dir=tmp_path) as c:  # no token: the lookup is open, the submission is refused and logged
+    assert c.opts_for(example("sum_all"), h, 1, submit="CPU") is None
+  assert Client(server, "sub").http.get("/v1/kernels", params={"name": "sum_all"}).json()["kernels"] == []
+
+
+def test_opts_for_offline_answers_none_quickly(tmp_path):
+  k, (_, h) = example("sum_all"), cpu_fingerprint()
+  silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers
+  silent.bind(("127.0.0.1", 0))
+  silent.listen()
+  for url, limit_s in [("http://127.0.0.1:9", 0.5), (f"http://127.0.0.1:{silent.getsockname()[1]}", 1.0)]:
+    with Client(url, lookup_timeout=0.3, cache_dir=tmp_path) as c:
+      t = time.perf_counter()
+      assert c.opts_for(k, h, 1) is None
+      assert time.perf_counter() - t < limit_s
+      t = time.perf_counter()
+      assert c.opts_for(example("matmul_512"), h, 1) is None and time.perf_counter() - t < 0.01  # down: not asked again
+  silent.close()
+
+
+def test_a_cache_hit_costs_well_under_50us(tmp_path):
+  k, (_, h) = example("matmul_1024"), cpu_fingerprint()
+  OptsCache(tmp_path).put({"kernel_key": k.key, "fingerprint": h, "action_space_version": 1, "opts": [{"op": "UPCAST", "axis": 0, "amt": 4}],
+                           "best_s": 1e-3, "baseline_s": 2e-3})
+  with Client("http://127.0.0.1:9", cache_dir=tmp_path) as c:
+    per_call = []
+    for _ in range(5):
+      t = time.perf_counter()
+      for _ in range(2000): c.opts_for(k, h, 1)
+      per_call.append((time.perf_counter() - t) / 2000)
+  print(f"opts_for cache hit: {min(per_call) * 1e6:.1f} us")
+  assert min(per_call) < 50e-6
+
+
+CHURN = """
+import sys, random
+from tunesvc.cache import OptsCache
+cache, seed = OptsCache(sys.argv[1]), int(sys.argv[2])
+rng, keys, bad = random.Random(seed), [f"{i:064x}" for i in range(8)], 0
+for i in range(300):
+  key = rng.choice(keys)
+  if rng.random() < 0.5:
+    cache.put({"kernel_key": key, "fingerprint": "f" * 64, "action_space_version": 1, "opts": [{"op": "UPCAST", "axis": seed, "amt": i}] * 50})
+  elif (got := cache.get(key, "f" * 64, 1)) is None or got["kernel_key"] != key or len(got["opts"]) != 50:
+    bad += 1
+print(bad)
+"""
+
+def test_the_cache_is_safe_across_processes_and_threads(tmp_path):
+  """Four processes and three threads rewrite and read the same answers: every read finds a whole one."""
+  cache, bad, keys = OptsCache(tmp_path), [], [f"{i:064x}" for i in range(8)]
+  put = lambda k: cache.put({"kernel_key": k, "fingerprint": "f" * 64, "action_space_version": 1, "opts": [{"op": "UNROLL", "axis": 0, "amt": 2}] * 50})
+  for k in keys: put(k)
+  procs = [subprocess.Popen([sys.executable, "-c", CHURN, str(tmp_path), str(seed)], stdout=subprocess.PIPE, text=True) for seed in range(4)]
+  def reader():
+    while any(p.poll() is None for p in procs):
+      bad.extend(k for k in keys if (got := cache.get(k, "f" * 64, 1)) is None or len(got["opts"]) != 50)
+  def writer():
+    while any(p.poll() is None for p in procs):
+      for k in keys: put(k)
+  threads = [threading.Thread(target=f) for f in (reader, reader, writer)]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  assert [p.communicate(timeout=60)[0].strip() for p in procs] == ["0"] * 4 and bad == []
+  assert all(cache.get(k, "f" * 64, 1) is not None for k in keys)
+  assert not list(tmp_path.rglob(".tmp-*"))  # every write was renamed into place
+
+
+def test_a_damaged_cache_file_is_a_miss_and_names_are_checked(tmp_path):
+  cache, key, fp = OptsCache(tmp_path), "a" * 64, "b" * 64
+  path = tmp_path / "v1" / fp / f"{key}.json"
+  path.parent.mkdir(parents=True)
+  path.write_text('{"kernel_key": "aaa')
+  assert cache.get(key, fp, 1) is None
+  cache.put({"kernel_key": key, "fingerprint": fp, "action_space_version": 1, "opts": []})
+  assert json.loads(path.read_text())["opts"] == []
+  with pytest.raises(ValueError): cache.get("../../etc/passwd", fp, 1)
+  with pytest.raises(ValueError): cache.put({"kernel_key": key, "fingerprint": "../x", "action_space_version": 1, "opts": []})

@@ -1,0 +1,233 @@
+"""The store on SQLite and on the real PostgreSQL (a fresh schema per test): submit, claims, leases, reports, best."""
+import multiprocessing, threading, time, uuid
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, func, select, text
+from linearizer.ast import load
+from search_results import CUDA_FP, CUDA_HASH, cpu_fingerprint, example, examples, search_result
+from tunesvc.store import Store, queue, reads
+from tunesvc.store.models import Base, Best, Job, Measurement, Result, Worker
+
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pg_schema_url() -> tuple[str, str]:
+  """A new schema in the test database, as a URL whose connections use it; skips when PostgreSQL is not there."""
+  schema = f"t_{uuid.uuid4().hex[:12]}"
+  try:
+    with create_engine(PG).begin() as c: c.execute(text(f"CREATE SCHEMA {schema}"))
+  except Exception as e: pytest.skip(f"PostgreSQL not reachable at {PG}: {type(e).__name__}: {str(e).splitlines()[0]}")
+  return f"{PG}?options=-csearch_path%3D{schema}", schema
+
+@pytest.fixture
+def sqlite_store(tmp_path):
+  st = Store(f"sqlite:///{tmp_path}/tunesvc.db")
+  yield st
+  st.close()
+
+@pytest.fixture
+def pg_store():
+  url, schema = pg_schema_url()
+  st = Store(url)
+  yield st
+  st.close()
+  with create_engine(PG).begin() as c: c.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+
+@pytest.fixture(params=["sqlite_store", "pg_store"])
+def store(request): return request.getfixturevalue(request.param)
+
+@pytest.fixture
+def cpu_worker(store):
+  fp, h = cpu_fingerprint()
+  return queue.register(store, "cpu-0", "CPU", fp, h)
+
+def report(st, w, job_id, **kw):
+  j, _ = reads.job(st, job_id)
+  fp, h = cpu_fingerprint()
+  return queue.report(st, w.id, job_id, search_result(load(reads.kernel(st, j.kernel_key).kernel.document), fp, h, **kw))
+
+def count(st, what, *where) -> int:
+  with st.read() as s: return s.scalar(select(func.count()).select_from(what).where(*where))
+
+
+def test_migrations_create_exactly_the_models(store):
+  with store.engine.connect() as c: assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+  Store(store.url).close()  # a second process opening the store finds the schema current
+
+
+def test_identical_pending_requests_share_a_job(store):
+  ks = examples()
+  a = queue.submit(store, ks, "CPU", {"beam": 2})
+  b = queue.submit(store, ks[::-1] + ks[:1], "CPU", {"beam": 2})
+  assert [j.id for j, _ in b] == [j.id for j, _ in a[::-1] + a[:1]] and all(j.state == "queued" and r is None for j, r in a)
+  other = queue.submit(store, ks[:1], "CPU", {"beam": 4}) + queue.submit(store, ks[:1], "CUDA", {"beam": 2})
+  assert len({j.id for j, _ in a + other}) == len(ks) + 2
+  assert count(store, Job) == len(ks) + 2
+
+
+def test_claims_follow_the_device_selector_then_priority_then_age(store, cpu_worker):
+  mm, sm = example("matmul_512"), example("sum_all")
+  (cuda, _), = queue.submit(store, [mm], "CUDA", {})
+  (old, _), = queue.submit(store, [mm], "CPU", {})
+  (exact, _), = queue.submit(store, [sm], cpu_worker.fingerprint_hash, {})
+  (urgent, _), = queue.submit(store, [sm], "CPU", {}, priority=5)
+  (exact_cuda, _), = queue.submit(store, [sm], CUDA_HASH, {})
+  assert [queue.claim(store, cpu_worker.id, 60)[0].id for _ in range(3)] == [urgent.id, old.id, exact.id]
+  assert queue.claim(store, cpu_worker.id, 60) is None
+  gpu = queue.register(store, "gpu-0", "CUDA:0", CUDA_FP, CUDA_HASH)
+  assert {queue.claim(store, gpu.id, 60)[0].id for _ in range(2)} == {cuda.id, exact_cuda.id}
+  with pytest.raises(queue.NotFound): queue.claim(store, 999, 60)
+
+
+def test_a_report_stores_result_measurements_and_best_once(store, cpu_worker):
+  (job, _), = queue.submit(store, [example("matmul_512")], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  res, dup = report(store, cpu_worker, job.id, best_s=2e-3)
+  again, dup2 = report(store, cpu_worker, job.id, best_s=1e-3)  # a retried report: the first one stands
+  assert (dup, dup2, again.id, again.best_s) == (False, True, res.id, 2e-3)
+  assert count(store, Result) == 1 and count(store, Measurement) == len(res.result["candidates"]) == 6
+  j, r = reads.job(store, job.id)
+  assert j.state == "done" and j.result_id == r.id and j.lease_owner is None and r.result["best_opts"] == r.best_opts
+  rows = reads.lookup(store, [job.kernel_key], cpu_worker.fingerprint_hash)
+  assert rows[job.kernel_key].best_opts == res.best_opts and rows[job.kernel_key].best_s == 2e-3
+  other = queue.register(store, "cpu-1", "CPU", *cpu_fingerprint())
+  with pytest.raises(queue.Conflict, match="already done"): report(store, other, job.id)
+  (same, r2), = queue.submit(store, [example("matmul_512")], "CPU", {})  # tuned: answered at once
+  assert same.id == job.id and r2.id == res.id
+
+
+def test_best_is_replaced_only_by_a_faster_verified_result_per_version(store, cpu_worker):
+  k, h = example("softmax_max"), cpu_worker.fingerprint_hash
+  jobs = [j for seed in range(5) for j, _ in queue.submit(store, [k], "CPU", {"seed": seed})]
+  for j, (best_s, verified, version) in zip(jobs, [(2e-3, True, 1), (1e-3, True, 1), (3e-3, True, 1), (5e-4, False, 1), (4e-3, True, 2)]):
+    queue.claim(store, cpu_worker.id, 60)
+    report(store, cpu_worker, j.id, best_s=best_s, verified=verified, version=version)
+  assert reads.lookup(store, [k.key], h, 1)[k.key].best_s == 1e-3
+  assert reads.lookup(store, [k.key], h)[k.key].action_space_version == 2  # no version asked: the newest
+  assert reads.lookup(store, [k.key], h, 3) == {} and reads.lookup(store, [k.key], CUDA_HASH) == {}
+  assert count(store, Best) == 2 and count(store, Result) == 5
+
+
+def test_lapsed_leases_requeue_until_attempts_run_out(store, cpu_worker):
+  (job, _), = queue.submit(store, [example("sum_all")], "CPU", {}, max_attempts=2)
+  other = queue.register(store, "cpu-1", "CPU", *cpu_fingerprint())
+  queue.claim(store, cpu_worker.id, 0.05)
+  time.sleep(0.1)
+  got, _ = queue.claim(store, other.id, 0.05)  # the claim sweeps the lapsed lease first
+  assert got.id == job.id and got.attempts == 1 and got.lease_owner == other.id
+  with pytest.raises(queue.Conflict, match="held by worker"): report(store, cpu_worker, job.id)
+  with pytest.raises(queue.Conflict, match="not held by worker"): queue.heartbeat(store, cpu_worker.id, job.id, 60)
+  time.sleep(0.1)
+  assert queue.expire(store) == 1
+  j, _ = reads.job(store, job.id)
+  assert j.state == "failed" and j.attempts == 2 and j.finished is not None
+  assert j.error.splitlines() == [f"attempt 1: the lease of worker {cpu_worker.id} expired", f"attempt 2: the lease of worker {other.id} expired"]
+  with pytest.raises(queue.Conflict, match="has failed"): report(store, other, job.id)
+  (fresh, _), = queue.submit(store, [example("sum_all")], "CPU", {})  # a failed job does not answer a new request
+  assert fresh.id != job.id and fresh.state == "queued"
+
+
+def test_a_heartbeat_keeps_the_lease_and_a_late_report_of_an_unclaimed_job_is_kept(store, cpu_worker):
+  (job, _), = queue.submit(store, [example("sum_all")], "CPU", {})
+  queue.claim(store, cpu_worker.id, 0.5)
+  for _ in range(4):  # outlives the first lease
+    time.sleep(0.2)
+    assert queue.heartbeat(store, cpu_worker.id, job.id, 0.5).lease_expires > time.time()
+  assert queue.expire(store) == 0
+  time.sleep(0.6)
+  assert queue.expire(store) == 1 and reads.job(store, job.id)[0].state == "queued"
+  res, dup = report(store, cpu_worker, job.id)  # nobody took it since: the finished search is kept
+  j, r = reads.job(store, job.id)
+  assert not dup and j.state == "done" and r.id == res.id and j.attempts == 1
+
+
+def test_reported_failures_and_releases(store, cpu_worker):
+  a, b = [j for j, _ in queue.submit(store, [example("sum_all"), example("matmul_512")], "CPU", {}, max_attempts=2)]
+  queue.claim(store, cpu_worker.id, 60)
+  assert queue.fail(store, cpu_worker.id, a.id, "device lost").state == "queued"
+  queue.claim(store, cpu_worker.id, 60)
+  assert queue.release(store, cpu_worker.id, a.id).state == "queued"  # costs no attempt
+  queue.claim(store, cpu_worker.id, 60)
+  j = queue.fail(store, cpu_worker.id, a.id, "out of memory")
+  assert j.state == "failed" and j.attempts == 2
+  assert j.error == f"attempt 1: worker {cpu_worker.id} (cpu-0): device lost\nattempt 2: worker {cpu_worker.id} (cpu-0): out of memory\n"
+  queue.claim(store, cpu_worker.id, 60)
+  assert queue.fail(store, cpu_worker.id, b.id, "no candidate compiles", retry=False).state == "failed"
+  with pytest.raises(queue.Conflict): queue.fail(store, cpu_worker.id, b.id, "again")
+
+
+def test_reports_that_contradict_the_job_are_refused(store, cpu_worker):
+  (job, _), = queue.submit(store, [example("sum_all")], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  fp, h = cpu_fingerprint()
+  with pytest.raises(queue.Invalid, match="is for kernel"): queue.report(store, cpu_worker.id, job.id, search_result(example("matmul_512"), fp, h))
+  with pytest.raises(queue.Invalid, match="fingerprint"): queue.report(store, cpu_worker.id, job.id, search_result(example("sum_all"), CUDA_FP, CUDA_HASH))
+  with pytest.raises(queue.Invalid, match="different fingerprint"): queue.register(store, "liar", "CPU", CUDA_FP, h)
+  with pytest.raises(queue.NotFound): queue.report(store, cpu_worker.id, 12345, search_result(example("sum_all"), fp, h))
+  assert count(store, Result) == 0 and reads.job(store, job.id)[0].state == "running"
+
+
+def test_any_text_can_be_stored(store):
+  fp = {**CUDA_FP, "driver": "550\x00\ud800"}
+  w = queue.register(store, "nul\x00 and a lone \udc80 surrogate", "CUDA:0", fp, CUDA_HASH)
+  with store.read() as s: assert s.get(Worker, w.id).name == "nul\ufffd and a lone ? surrogate"
+
+
+def test_kernel_listing_filters_and_pages(store, cpu_worker):
+  ks = examples()
+  queue.submit(store, ks, "CPU", {})
+  queue.submit(store, [example("matmul_512")], "CUDA", {})
+  got, more = reads.kernels(store, limit=5)
+  rest, more2 = reads.kernels(store, limit=50, offset=5)
+  assert more and not more2 and {k.key for k in got + rest} == {k.key for k in ks} and len(got + rest) == len(ks)
+  assert sorted(k.name for k in reads.kernels(store, name="matmul")[0]) == ["matmul_1024", "matmul_512"]
+  assert [k.name for k in reads.kernels(store, device="CUDA")[0]] == ["matmul_512"]
+  queue.claim(store, cpu_worker.id, 60)
+  assert len(reads.kernels(store, state="running")[0]) == 1 and reads.kernels(store, name="100%_")[0] == []
+
+
+def test_a_claim_on_postgresql_skips_a_job_another_transaction_holds(pg_store):
+  """FOR UPDATE SKIP LOCKED: a claimer passes over the row another claimer has locked instead of waiting for it."""
+  w = queue.register(pg_store, "cpu-0", "CPU", *cpu_fingerprint())
+  (a, _), (b, _) = queue.submit(pg_store, [example("sum_all"), example("matmul_512")], "CPU", {})
+  with pg_store.engine.connect() as held:
+    held.execute(select(Job.id).where(Job.id == a.id).with_for_update())
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(queue.claim(pg_store, w.id, 60)))
+    t.start()
+    t.join(10)
+    assert got and got[0][0].id == b.id
+    held.rollback()
+
+
+def racer(url: str, fp: dict, h: str, start, out) -> None:
+  st = Store(url)
+  w = queue.register(st, "racer", "CPU", fp, h)
+  start.wait()
+  done, kernels = [], {}
+  while (got := queue.claim(st, w.id, 60)) is not None:
+    j, k = got
+    r = search_result(kernels.setdefault(k.key, load(k.document)), fp, h, best_s=1e-3 * (1 + j.id % 7))
+    assert queue.report(st, w.id, j.id, r)[1] is False and queue.report(st, w.id, j.id, r)[1] is True  # a retried report writes nothing
+    done.append(j.id)
+  out.put(done)
+  st.close()
+
+def test_eight_processes_race_over_200_jobs(store):
+  ks = examples()
+  jobs = [j.id for seed in range(200 // len(ks) + 1) for j, _ in queue.submit(store, ks, "CPU", {"seed": seed})][:200]
+  with store.write() as s: s.execute(Job.__table__.delete().where(Job.id.not_in(jobs)))
+  ctx = multiprocessing.get_context("forkserver")  # fresh processes (no inherited connections or threads), forked from
+  ctx.set_forkserver_preload(["tunesvc.store.queue", "linearizer.heuristic", "devices.cpu", "alembic.autogenerate", "pytest"])  # one that imported the heavy parts
+  start, out = ctx.Barrier(8), ctx.Queue()
+  procs = [ctx.Process(target=racer, args=(store.url, *cpu_fingerprint(), start, out)) for _ in range(8)]
+  for p in procs: p.start()
+  done = [out.get(timeout=120) for _ in procs]
+  for p in procs: p.join(10)
+  assert sorted(sum(done, [])) == sorted(jobs)  # every job done, and by one worker only
+  assert sum(len(d) > 0 for d in done) >= 2
+  assert reads.jobs_by_state(store) == {"done": 200}
+  assert count(store, Result) == 200 and count(store, Measurement) == 200 * 6
+  with store.read() as s: assert s.scalar(select(func.count(func.distinct(Result.job_id)))) == 200
+  assert count(store, Best) == len(ks)

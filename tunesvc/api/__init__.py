@@ -1,0 +1,73 @@
+"""The HTTP API (FastAPI, versioned under /v1, OpenAPI at /docs). `create_app(settings)` builds one app over one store;
+`tunesvc serve` runs it with uvicorn, tests run it in-process."""
+from __future__ import annotations
+import asyncio, contextlib, json, logging
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from starlette.exceptions import HTTPException
+from tunesvc.api import kernels, opts, workers
+from tunesvc.api.metrics import Metrics, MetricsMiddleware
+from tunesvc.config import Settings
+from tunesvc.store import Store, queue
+
+log = logging.getLogger("tunesvc")
+
+
+class ASCIIJSON(JSONResponse):
+  """Errors quote the request, which may hold a lone surrogate that UTF-8 cannot encode; \\u escapes always can."""
+  def render(self, content) -> bytes: return json.dumps(content, ensure_ascii=True, allow_nan=False).encode()
+
+def error(status: int, detail, headers=None) -> ASCIIJSON: return ASCIIJSON({"detail": detail}, status, headers)
+
+async def invalid_request(_: Request, e: RequestValidationError) -> ASCIIJSON:
+  errs = e.errors()
+  if bad := next((x for x in errs if x["type"] == "json_invalid"), None):
+    return error(400, f"malformed JSON at character {bad['loc'][-1]}: {bad.get('ctx', {}).get('error', 'cannot parse')}")
+  # loc, msg and type only: the input and ctx may hold values JSON cannot carry (NaN from 1e999)
+  return error(422, [{"loc": list(x["loc"]), "msg": x["msg"], "type": x["type"]} for x in errs])
+
+
+async def sweep(st: Store, every_s: float) -> None:
+  """Lapsed leases are also swept by every claim; this catches them when no worker is claiming."""
+  while True:
+    await asyncio.sleep(every_s)
+    try: await asyncio.to_thread(queue.expire, st)
+    except Exception: log.exception("sweeping lapsed leases failed")  # the database may be away for a moment; try again later
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+  settings = settings or Settings.from_env()
+  st = Store(settings.database_url)
+
+  @contextlib.asynccontextmanager
+  async def lifespan(_: FastAPI):
+    task = asyncio.create_task(sweep(st, settings.sweep_s))
+    yield
+    task.cancel()
+    st.close()
+
+  app = FastAPI(title="tunesvc", version="1", description="Kernel autotuning as a service.", lifespan=lifespan,
+                max_body_size=settings.max_body_bytes)
+  app.state.settings, app.state.store, app.state.metrics = settings, st, Metrics(st)
+  for r in (kernels.router, opts.router, workers.router): app.include_router(r)
+  app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+  app.add_exception_handler(RequestValidationError, invalid_request)
+  app.add_exception_handler(HTTPException, lambda _, e: error(e.status_code, e.detail, e.headers))
+  app.add_exception_handler(queue.NotFound, lambda _, e: error(404, str(e)))
+  app.add_exception_handler(queue.Conflict, lambda _, e: error(409, str(e)))
+  app.add_exception_handler(queue.Invalid, lambda _, e: error(422, str(e)))
+
+  @app.get("/healthz", tags=["service"], responses={503: {"description": "the database does not answer"}})
+  def healthz():
+    try:
+      with st.engine.connect() as c: c.execute(text("SELECT 1"))
+    except Exception as e: return error(503, f"database: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    return {"ok": True}
+
+  @app.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+  def metrics() -> Response: return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+  return app

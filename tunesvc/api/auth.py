@@ -1,0 +1,27 @@
+"""Bearer tokens with roles (submit, worker, admin) from the settings. With no tokens configured every request may do
+everything: the embedded default, serving 127.0.0.1."""
+from __future__ import annotations
+from typing import Optional
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+bearer = HTTPBearer(auto_error=False, description="a token from TUNESVC_TOKENS")
+
+
+def check(request: Request, cred: Optional[HTTPAuthorizationCredentials], roles: tuple[str, ...]) -> None:
+  tokens = request.app.state.settings.tokens
+  if not tokens: return
+  if cred is None: raise HTTPException(401, "missing token: send 'Authorization: Bearer TOKEN'", {"WWW-Authenticate": "Bearer"})
+  if (role := tokens.get(cred.credentials)) is None: raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
+  if role != "admin" and role not in roles: raise HTTPException(403, f"a {role} token may not do this: it needs {' or '.join(roles)}")
+
+def role(*roles: str):
+  """A dependency that lets through a token of one of `roles`, or admin."""
+  def dep(request: Request, cred: Optional[HTTPAuthorizationCredentials] = Depends(bearer)): check(request, cred, roles)
+  return Depends(dep)
+
+def lookup_role(request: Request, cred: Optional[HTTPAuthorizationCredentials] = Depends(bearer)) -> None:
+  """Lookups are open unless the settings close them; then any token will do."""
+  if not request.app.state.settings.open_lookups: check(request, cred, ("submit", "worker"))
+
+ANY = role("submit", "worker")

@@ -1,0 +1,67 @@
+"""Submitting kernels for tuning, and reading jobs, kernels and their history."""
+from __future__ import annotations
+from typing import Annotated, Optional
+from fastapi import APIRouter, HTTPException, Path, Query, Request
+from linearizer.ast import KernelAST, KernelValidationError, load
+from tunesvc.api.auth import ANY, role
+from tunesvc.api.models import DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, ResultOut, State, \
+  SubmitRequest, SubmitResponse, storable
+from tunesvc.store import queue, reads
+
+router = APIRouter(prefix="/v1", tags=["kernels"])
+KeyPath = Annotated[str, Path(pattern=HEX64, description="the kernel key")]
+
+
+def load_all(docs: list[dict], field: str) -> list[KernelAST]:
+  """Validate every document; one 422 naming each bad one by index and JSON path."""
+  out, errors = [], []
+  for i, doc in enumerate(docs):
+    try:
+      out.append(k := load(doc))
+      storable(k.name, "name")
+    except (KernelValidationError, ValueError) as e:
+      path, msg = (e.path, e.message) if isinstance(e, KernelValidationError) else ("name", str(e))
+      errors.append({"loc": ["body", field, i], "type": "invalid_kernel", "path": path, "msg": f"{field}[{i}] {path}: {msg}"})
+  if errors: raise HTTPException(422, errors)
+  return out
+
+
+@router.post("/kernels", status_code=202, response_model=SubmitResponse, dependencies=[role("submit")])
+def submit(body: SubmitRequest, request: Request):
+  """Queue a tuning job per kernel. A kernel with a queued, running or done job for the same device and search settings
+  shares that job; a done one carries its result."""
+  kernels = load_all(body.kernels, "kernels")
+  jobs = queue.submit(request.app.state.store, kernels, body.device, body.search.model_dump(), body.priority,
+                      request.app.state.settings.max_attempts)
+  return SubmitResponse(jobs=[JobOut.of(j, r) for j, r in jobs])
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, dependencies=[ANY])
+def job(job_id: IdPath, request: Request):
+  if (found := reads.job(request.app.state.store, job_id)) is None: raise HTTPException(404, f"job {job_id} not found")
+  return JobOut.of(*found)
+
+
+@router.get("/kernels", response_model=KernelPage, dependencies=[ANY])
+def kernels(request: Request, name: Annotated[Optional[str], Query(max_length=256, description="part of the name")] = None,
+            device: Annotated[Optional[str], Query(pattern=DEVICE, description="has a job for this selector")] = None,
+            state: Annotated[Optional[State], Query(description="has a job in this state")] = None,
+            limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0):
+  st = request.app.state.store
+  ks, more = reads.kernels(st, name, device, state, limit, offset)
+  jobs = reads.jobs_of(st, [k.key for k in ks])
+  return KernelPage(kernels=[KernelSummary(key=k.key, name=k.name, flops=k.flops, bytes=k.bytes, created=k.created,
+                                           jobs=[JobOut.of(j, r) for j, r in jobs[k.key]]) for k in ks],
+                    next_offset=offset + limit if more else None)
+
+
+@router.get("/kernels/{key}", response_model=KernelDetail, dependencies=[ANY])
+def kernel(key: KeyPath, request: Request):
+  """The document, every job, every result and the measurements of each search."""
+  if (h := reads.kernel(request.app.state.store, key)) is None: raise HTTPException(404, f"kernel {key} not found")
+  k = h.kernel
+  return KernelDetail(key=k.key, name=k.name, flops=k.flops, bytes=k.bytes, created=k.created, document=k.document,
+                      jobs=[JobOut.of(j, r) for j, r in h.jobs],
+                      results=[ResultOut.of(r, job_id=r.job_id, worker_id=r.worker_id, search_s=r.search_s, created=r.created,
+                                            measurements=[MeasurementOut.model_validate(m) for m in h.measurements.get(j.id, [])])
+                               for j, r in h.jobs if r is not None])

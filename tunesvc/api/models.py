@@ -1,0 +1,216 @@
+"""Request and response bodies of /v1. Requests reject unknown fields; every number the store keeps is bounded."""
+from __future__ import annotations
+import math
+from typing import Annotated, Any, Literal, Optional
+from fastapi import Path
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from linearizer.kernel import Opt, OptError
+from search.result import FAILURES, OK, SLOW, SearchResult
+from tunesvc.store.models import Job, Result
+
+HEX64 = r"^[0-9a-f]{64}$"
+BACKEND = r"^[A-Z][A-Z0-9_]{0,31}$"
+DEVICE = f"{BACKEND}|{HEX64}"  # a device selector
+MAX_ID, MAX_INT = 2**63 - 1, 2**31 - 1
+Hash = Annotated[str, Field(pattern=HEX64, description="sha256 hex")]
+Device = Annotated[str, Field(pattern=DEVICE, description='a backend name ("CPU", "CUDA") or an exact fingerprint hash')]
+State = Literal["queued", "running", "done", "failed"]
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
+Version = Annotated[int, Field(ge=0, le=MAX_INT)]
+LeaseS = Annotated[float, Field(ge=1, le=3600, description="seconds the lease lasts without a heartbeat")]
+Document = Annotated[dict[str, Any], Field(description="a tunesvc.kernel/1 document")]
+
+
+def storable(x: Any, path: str = "") -> Any:
+  """Raise on what no column can hold or no response can carry: NaN, infinity, an integer past 64 bits, a lone surrogate."""
+  if isinstance(x, str):
+    try: x.encode()
+    except UnicodeEncodeError: raise ValueError(f"{path or 'value'}: not valid Unicode (a lone surrogate)") from None
+  if isinstance(x, float) and not math.isfinite(x): raise ValueError(f"{path or 'value'}: {x} is not a finite number")
+  if isinstance(x, int) and not -2**63 <= x < 2**63: raise ValueError(f"{path or 'value'}: integer outside the 64-bit range")
+  if isinstance(x, dict):
+    for k, v in x.items():
+      storable(k, path)
+      storable(v, f"{path}.{k}" if path else k)
+  if isinstance(x, (list, tuple)):
+    for i, v in enumerate(x): storable(v, f"{path}[{i}]")
+  return x
+
+class Request(BaseModel): model_config = ConfigDict(extra="forbid")
+
+
+class SearchSettings(Request):
+  beam: int = Field(2, ge=1, le=64, description="beam width")
+  budget_s: float = Field(60.0, gt=0, le=86400, description="seconds the search may take")
+  seed: int = Field(0, ge=0, le=MAX_INT)
+
+class SubmitRequest(Request):
+  kernels: list[Document] = Field(min_length=1, max_length=1000)
+  device: Device = "CPU"
+  search: SearchSettings = SearchSettings()
+  priority: int = Field(0, ge=-1000, le=1000, description="higher is claimed first")
+
+
+class ResultSummary(BaseModel):
+  result_id: int
+  fingerprint: str
+  action_space_version: int
+  opts: list[dict[str, Any]]
+  best_s: float
+  baseline_s: float
+  speedup: float
+  verified: bool
+
+  @classmethod
+  def of(cls, r: Result, **extra) -> ResultSummary:
+    return cls(result_id=r.id, fingerprint=r.fingerprint_hash, action_space_version=r.action_space_version, opts=r.best_opts,
+               best_s=r.best_s, baseline_s=r.baseline_s, speedup=r.speedup, verified=r.verified, **extra)
+
+class JobOut(BaseModel):
+  job_id: int
+  kernel_key: str
+  device: str
+  state: State
+  error: str = Field(description="one line per failed attempt")
+  attempts: int
+  max_attempts: int
+  priority: int
+  settings: dict[str, Any]
+  created: float = Field(description="Unix seconds, as are started and finished")
+  started: Optional[float]
+  finished: Optional[float]
+  result: Optional[ResultSummary]
+
+  @staticmethod
+  def of(j: Job, r: Optional[Result]) -> JobOut:
+    return JobOut(job_id=j.id, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error, attempts=j.attempts,
+                  max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created, started=j.started,
+                  finished=j.finished, result=None if r is None else ResultSummary.of(r))
+
+class SubmitResponse(BaseModel): jobs: list[JobOut]
+
+
+class KernelSummary(BaseModel):
+  key: str
+  name: Optional[str]
+  flops: int
+  bytes: int
+  created: float
+  jobs: list[JobOut]
+
+class KernelPage(BaseModel):
+  kernels: list[KernelSummary]
+  next_offset: Optional[int] = Field(description="the offset of the next page; null on the last")
+
+class MeasurementOut(BaseModel):
+  model_config = ConfigDict(from_attributes=True)
+  round: int
+  opts: list[dict[str, Any]]
+  status: str
+  error: str
+  source_hash: str
+  compile_s: float
+  times: list[float]
+  min_s: Optional[float]
+  verified: bool
+
+class ResultOut(ResultSummary):
+  job_id: int
+  worker_id: int
+  search_s: float
+  created: float
+  measurements: list[MeasurementOut] = Field(description="every candidate the search measured, failures too")
+
+class KernelDetail(KernelSummary):
+  document: dict[str, Any]
+  results: list[ResultOut]
+
+
+class OptsOut(BaseModel):
+  kernel_key: str
+  fingerprint: str
+  action_space_version: int
+  opts: list[dict[str, Any]]
+  best_s: float
+  baseline_s: float
+
+class LookupRequest(Request):
+  fingerprint: Hash
+  action_space_version: Optional[Version] = Field(None, description="null: the newest version tuned")
+  keys: list[Hash] = Field([], max_length=1000)
+  kernels: list[Document] = Field([], max_length=100, description="documents, for a caller that has not computed the keys")
+
+class LookupResponse(BaseModel):
+  results: list[Optional[OptsOut]] = Field(description="one per key, then one per document, in order; null where nothing is tuned")
+
+
+class Fingerprint(BaseModel):
+  """What makes a timing transferable (devices/*.py `fingerprint()`): the backend and whatever else the device module keeps."""
+  model_config = ConfigDict(extra="allow")
+  backend: str = Field(pattern=BACKEND)
+
+  @model_validator(mode="after")
+  def _storable(self) -> Fingerprint:
+    storable(self.model_extra)
+    return self
+
+class RegisterRequest(Request):
+  name: str = Field(min_length=1, max_length=128)
+  device: str = Field(min_length=1, max_length=64, description='the worker\'s device, e.g. "CUDA:0"')
+  fingerprint: Fingerprint
+  fingerprint_hash: Hash = Field(description="the device module's fingerprint_hash(fingerprint)")
+
+class WorkerOut(BaseModel): worker_id: int
+
+class ClaimRequest(Request): lease_s: LeaseS = 60.0
+
+class ClaimOut(BaseModel):
+  job_id: int
+  kernel_key: str
+  kernel: dict[str, Any]
+  device: str
+  settings: dict[str, Any]
+  attempts: int = Field(description="failed attempts so far")
+  lease_expires: float
+
+class HeartbeatRequest(Request):
+  job_id: Id
+  lease_s: LeaseS = 60.0
+
+class HeartbeatOut(BaseModel):
+  job_id: int
+  lease_expires: float
+
+
+def _result(r: SearchResult) -> SearchResult:
+  storable(r.to_json())
+  statuses = (OK, SLOW, *FAILURES)
+  for i, c in enumerate(r.candidates):
+    if c.status not in statuses: raise ValueError(f"candidates[{i}].status: {c.status[:40]!r} is not one of {', '.join(statuses)}")
+  for where, opts in [("best_opts", r.best_opts), ("baseline_opts", r.baseline_opts)] + [(f"candidates[{i}].opts", c.opts) for i, c in enumerate(r.candidates)]:
+    try: [Opt.from_json(o) for o in opts]
+    except OptError as e: raise ValueError(f"{where}: {e}") from None
+  if not 0 <= r.action_space_version <= MAX_INT: raise ValueError(f"action_space_version: outside [0, {MAX_INT}]")
+  if not r.best_s > 0: raise ValueError("best_s: must be positive")
+  return r
+
+class ReportRequest(BaseModel):
+  model_config = ConfigDict(extra="ignore")  # reaches into SearchResult, whose JSON also carries derived fields (min_s, failed)
+  job_id: Id
+  result: Optional[Annotated[SearchResult, AfterValidator(_result)]] = Field(None, description="the finished search (search/result.py's JSON)")
+  error: Optional[str] = Field(None, min_length=1, max_length=65536, description="why the attempt failed, instead of a result")
+  retry: bool = Field(True, description="with error: whether another attempt may succeed")
+
+  @model_validator(mode="after")
+  def _one(self) -> ReportRequest:
+    if (self.result is None) == (self.error is None): raise ValueError("send exactly one of result and error")
+    return self
+
+class ReportOut(BaseModel):
+  job_id: int
+  state: State
+  result_id: Optional[int]
+  duplicate: bool = Field(False, description="the same report was stored before; nothing was written")
+
+class ReleaseRequest(Request): job_id: Id

@@ -1,0 +1,49 @@
+"""What a worker does over HTTP: register its device, claim a job under a lease, heartbeat, report, release.
+The rules (who may report when, what an attempt costs) are in tunesvc/store/queue.py; here they become 404, 409 and 422."""
+from __future__ import annotations
+from fastapi import APIRouter, Request, Response
+from tunesvc.api.auth import role
+from tunesvc.api.models import ClaimOut, ClaimRequest, HeartbeatOut, HeartbeatRequest, IdPath, JobOut, RegisterRequest, \
+  ReleaseRequest, ReportOut, ReportRequest, WorkerOut
+from tunesvc.store import queue
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[role("worker")])
+
+
+@router.post("", response_model=WorkerOut, status_code=201)
+def register(body: RegisterRequest, request: Request):
+  """A worker per process and device; its fingerprint decides which jobs it may claim."""
+  return WorkerOut(worker_id=queue.register(request.app.state.store, body.name, body.device, body.fingerprint.model_dump(), body.fingerprint_hash).id)
+
+
+@router.post("/{worker_id}/claim", response_model=ClaimOut, responses={204: {"description": "no job for this worker's device"}})
+def claim(worker_id: IdPath, body: ClaimRequest, request: Request):
+  """The next job for this worker's fingerprint (selector = its backend or its exact hash), leased for lease_s."""
+  if (got := queue.claim(request.app.state.store, worker_id, body.lease_s)) is None: return Response(status_code=204)
+  j, k = got
+  return ClaimOut(job_id=j.id, kernel_key=j.kernel_key, kernel=k.document, device=j.device, settings=j.settings, attempts=j.attempts,
+                  lease_expires=j.lease_expires)
+
+
+@router.post("/{worker_id}/heartbeat", response_model=HeartbeatOut, responses={409: {"description": "the job was taken away"}})
+def heartbeat(worker_id: IdPath, body: HeartbeatRequest, request: Request):
+  """Extend the lease. 409 when the job was taken away: stop searching it."""
+  j = queue.heartbeat(request.app.state.store, worker_id, body.job_id, body.lease_s)
+  return HeartbeatOut(job_id=j.id, lease_expires=j.lease_expires)
+
+
+@router.post("/{worker_id}/report", response_model=ReportOut, responses={409: {"description": "another worker holds the job, or it ended"}})
+def report(worker_id: IdPath, body: ReportRequest, request: Request):
+  """A finished search (idempotent: a repeat returns the stored result), or why the attempt failed."""
+  st = request.app.state.store
+  if body.result is None:
+    j = queue.fail(st, worker_id, body.job_id, body.error, body.retry)
+    return ReportOut(job_id=j.id, state=j.state, result_id=None)
+  r, duplicate = queue.report(st, worker_id, body.job_id, body.result)
+  return ReportOut(job_id=r.job_id, state="done", result_id=r.id, duplicate=duplicate)
+
+
+@router.post("/{worker_id}/release", response_model=JobOut)
+def release(worker_id: IdPath, body: ReleaseRequest, request: Request):
+  """Give the job back without costing an attempt (the worker is shutting down)."""
+  return JobOut.of(queue.release(request.app.state.store, worker_id, body.job_id), None)

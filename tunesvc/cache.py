@@ -1,0 +1,39 @@
+"""The runtime's local answers: one small JSON file per (action-space version, fingerprint, kernel key) under the user's
+cache dir. A write goes to a temporary file that is renamed into place, so every process and thread reads a whole answer
+or none, without locks; a hit is one open and one read."""
+from __future__ import annotations
+import json, os, re, tempfile
+from pathlib import Path
+from typing import Optional
+import platformdirs
+
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class OptsCache:
+  def __init__(self, root: str | Path | None = None):
+    self.root = str(Path(root) if root is not None else Path(platformdirs.user_cache_dir("tunesvc")) / "opts")
+
+  def path(self, key: str, fingerprint: str, version: int) -> str:
+    # names come from callers and from the server: only hashes and an int may become a path
+    if not (HEX64.fullmatch(key) and HEX64.fullmatch(fingerprint) and isinstance(version, int)):
+      raise ValueError(f"a kernel key and a fingerprint are sha256 hex, a version an int: {key[:70]!r} {fingerprint[:70]!r} {version!r}")
+    return f"{self.root}/v{version}/{fingerprint}/{key}.json"
+
+  def get(self, key: str, fingerprint: str, version: int) -> Optional[dict]:
+    path = self.path(key, fingerprint, version)
+    try:
+      with open(path, "rb") as f: return json.loads(f.read())
+    except (FileNotFoundError, ValueError): return None  # a damaged file reads as a miss and is replaced by the next answer
+
+  def put(self, answer: dict) -> None:
+    """Store a GET /v1/opts answer under its own key, fingerprint and version."""
+    path = self.path(answer["kernel_key"], answer["fingerprint"], answer["action_space_version"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+      with os.fdopen(fd, "w") as f: json.dump(answer, f)
+      os.replace(tmp, path)
+    except BaseException:
+      os.unlink(tmp)
+      raise

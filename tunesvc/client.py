@@ -1,0 +1,109 @@
+"""The service's client: submit kernels and read jobs (users), register, claim, heartbeat and report (workers), and
+`opts_for`, the runtime's question: the local cache, then the server, then None (run the hand-coded opts)."""
+from __future__ import annotations
+import logging, time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+import httpx
+from linearizer.ast import KernelAST
+from search.result import SearchResult
+from tunesvc.cache import OptsCache
+
+log = logging.getLogger("tunesvc.client")
+RETRY_S = 30.0  # after a miss or an unreachable server, opts_for answers None for this long without asking again
+
+
+def _doc(k: KernelAST | dict) -> dict: return k.to_json() if isinstance(k, KernelAST) else k
+
+class ServiceError(RuntimeError):
+  def __init__(self, status: int, detail: Any):
+    super().__init__(f"{status}: {detail}")
+    self.status, self.detail = status, detail
+
+
+class Client:
+  def __init__(self, url: str = "http://127.0.0.1:8000", token: Optional[str] = None, timeout: float = 30.0,
+               lookup_timeout: float = 0.5, cache_dir: str | Path | None = None):
+    self.http = httpx.Client(base_url=url, timeout=timeout, headers={"Authorization": f"Bearer {token}"} if token else {})
+    self.lookup_timeout, self.cache = lookup_timeout, OptsCache(cache_dir)
+    self._ask_after: dict[tuple[str, str, int], float] = {}  # misses not to ask about again yet
+    self._down_until = 0.0
+
+  def close(self) -> None: self.http.close()
+  def __enter__(self) -> Client: return self
+  def __exit__(self, *_) -> None: self.close()
+
+  def _call(self, method: str, path: str, **kw) -> httpx.Response:
+    r = self.http.request(method, path, **kw)
+    if r.status_code >= 400:
+      try: detail = r.json()["detail"]
+      except (ValueError, KeyError, TypeError): detail = r.text
+      raise ServiceError(r.status_code, detail)
+    return r
+
+  # users
+  def submit(self, kernels: Sequence[KernelAST | dict], device: str = "CPU", search: Optional[dict] = None, priority: int = 0,
+             timeout: Optional[float] = None) -> list[dict]:
+    """A job per kernel: [{"kernel_key", "job_id", "state", "result", ...}]."""
+    body = {"kernels": [_doc(k) for k in kernels], "device": device, "search": search or {}, "priority": priority}
+    return self._call("POST", "/v1/kernels", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()["jobs"]
+
+  def job(self, job_id: int) -> dict: return self._call("GET", f"/v1/jobs/{job_id}").json()
+  def kernel(self, key: str) -> dict: return self._call("GET", f"/v1/kernels/{key}").json()
+
+  def lookup(self, fingerprint: str, keys: Sequence[str] = (), kernels: Sequence[KernelAST | dict] = (),
+             action_space_version: Optional[int] = None, timeout: Optional[float] = None) -> list[Optional[dict]]:
+    """The tuned opts of each key, then of each document, or None where nothing is tuned."""
+    body = {"fingerprint": fingerprint, "action_space_version": action_space_version, "keys": list(keys),
+            "kernels": [_doc(k) for k in kernels]}
+    return self._call("POST", "/v1/opts/lookup", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()["results"]
+
+  # workers
+  def register(self, name: str, device: str, fingerprint: dict, fingerprint_hash: str) -> int:
+    return self._call("POST", "/v1/workers", json={"name": name, "device": device, "fingerprint": fingerprint,
+                                                    "fingerprint_hash": fingerprint_hash}).json()["worker_id"]
+
+  def claim(self, worker_id: int, lease_s: float = 60.0) -> Optional[dict]:
+    """{"job_id", "kernel_key", "kernel", "settings", "lease_expires", ...}, or None when no job waits for this device."""
+    r = self._call("POST", f"/v1/workers/{worker_id}/claim", json={"lease_s": lease_s})
+    return None if r.status_code == 204 else r.json()
+
+  def heartbeat(self, worker_id: int, job_id: int, lease_s: float = 60.0) -> dict:
+    """Extends the lease; ServiceError 409 when the job was taken away (stop searching it)."""
+    return self._call("POST", f"/v1/workers/{worker_id}/heartbeat", json={"job_id": job_id, "lease_s": lease_s}).json()
+
+  def report(self, worker_id: int, job_id: int, result: SearchResult) -> dict:
+    """Idempotent: reporting again returns the stored result with "duplicate": true."""
+    return self._call("POST", f"/v1/workers/{worker_id}/report", json={"job_id": job_id, "result": result.to_json()}).json()
+
+  def fail(self, worker_id: int, job_id: int, reason: str, retry: bool = True) -> dict:
+    return self._call("POST", f"/v1/workers/{worker_id}/report", json={"job_id": job_id, "error": reason, "retry": retry}).json()
+
+  def release(self, worker_id: int, job_id: int) -> dict:
+    return self._call("POST", f"/v1/workers/{worker_id}/release", json={"job_id": job_id}).json()
+
+  # the runtime
+  def opts_for(self, kernel: KernelAST | str, fingerprint: str, action_space_version: int,
+               submit: Optional[str] = None) -> Optional[list[dict]]:
+    """The tuned opts of `kernel` (an AST or its key) on this device fingerprint, or None: then run the hand-coded ones.
+    Asks the local cache, then the server (a short timeout; never raises for the network), and with `submit` (a device
+    selector such as "CPU") queues a tuning job for a kernel the server has no answer for."""
+    key = kernel if isinstance(kernel, str) else kernel.key
+    if (hit := self.cache.get(key, fingerprint, action_space_version)) is not None: return hit["opts"]
+    now, q = time.monotonic(), (key, fingerprint, action_space_version)
+    if now < self._down_until or now < self._ask_after.get(q, 0.0): return None
+    try:
+      answer = self.lookup(fingerprint, [key], action_space_version=action_space_version, timeout=self.lookup_timeout)[0]
+      if answer is not None:
+        if (answer["kernel_key"], answer["fingerprint"], answer["action_space_version"]) != q: raise ValueError(f"answered {answer}")
+        self.cache.put(answer)
+    except Exception as e:  # whatever the network or the server does, the kernel runs: with the hand-coded opts
+      log.warning("tunesvc at %s: %s; running hand-coded opts for %.0fs", self.http.base_url, e, RETRY_S)
+      self._down_until = now + RETRY_S
+      return None
+    if answer is not None: return answer["opts"]
+    self._ask_after[q] = now + RETRY_S
+    if submit is not None and isinstance(kernel, KernelAST):
+      try: self.submit([kernel], submit, timeout=self.lookup_timeout)
+      except (httpx.HTTPError, ServiceError) as e: log.warning("could not queue kernel %s for tuning: %s", key, e)
+    return None

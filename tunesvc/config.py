@@ -1,0 +1,39 @@
+"""The service's settings, from the environment (`Settings.from_env`) or built directly (tests, `tunesvc serve`)."""
+from __future__ import annotations
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+ROLES = ("submit", "worker", "admin")  # admin may do everything
+
+
+def parse_tokens(text: str) -> dict[str, str]:
+  """'tok1:submit,tok2:worker' or one `token:role` a line (a tokens file; # starts a comment) -> {token: role}."""
+  out = {}
+  for item in text.replace("\n", ",").split(","):
+    if not (item := item.split("#", 1)[0].strip()): continue
+    token, sep, role = item.rpartition(":")
+    if not sep or not token or role not in ROLES: raise ValueError(f"bad token entry {item[:8]}...: expected TOKEN:ROLE, ROLE one of {ROLES}")
+    out[token] = role
+  return out
+
+
+@dataclass(frozen=True)
+class Settings:
+  database_url: Optional[str] = None   # None: SQLite under the user's data dir
+  tokens: Mapping[str, str] = field(default_factory=dict)  # token -> role; none configured: every request may do everything
+  open_lookups: bool = True            # GET /v1/opts and POST /v1/opts/lookup need no token
+  max_body_bytes: int = 8 << 20
+  max_attempts: int = 3                # failed attempts (lapsed leases, reported failures) before a job fails
+  sweep_s: float = 5.0                 # how often lapsed leases are swept when no claim does it first
+
+  @staticmethod
+  def from_env(env: Mapping[str, str] = os.environ) -> Settings:
+    """TUNESVC_DATABASE_URL, TUNESVC_TOKENS ('tok:role,...'), TUNESVC_TOKENS_FILE, TUNESVC_OPEN_LOOKUPS (0/1),
+    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS."""
+    tokens = parse_tokens(env.get("TUNESVC_TOKENS", ""))
+    if path := env.get("TUNESVC_TOKENS_FILE"): tokens |= parse_tokens(Path(path).read_text())
+    return Settings(database_url=env.get("TUNESVC_DATABASE_URL") or None, tokens=tokens,
+                    open_lookups=env.get("TUNESVC_OPEN_LOOKUPS", "1") != "0",
+                    max_body_bytes=int(env.get("TUNESVC_MAX_BODY_BYTES", 8 << 20)), max_attempts=int(env.get("TUNESVC_MAX_ATTEMPTS", 3)))

@@ -1,0 +1,117 @@
+"""The store's tables. Times are Unix seconds (one float type on every database, no time-zone rules); JSON columns hold
+what the API validated."""
+from __future__ import annotations
+from typing import Any, Optional
+from sqlalchemy import JSON, BigInteger, Double, ForeignKey, Index, Integer, String, text, types
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+STATES = ("queued", "running", "done", "failed")
+NOT_FAILED = "state != 'failed'"  # the jobs that answer a new identical request
+
+
+class Text(types.TypeDecorator):
+  """Free text that can always be written: PostgreSQL refuses NUL, and no database stores a lone surrogate."""
+  impl, cache_ok = types.Text, True
+  def process_bind_param(self, value, dialect):
+    return None if value is None else value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+class Base(DeclarativeBase):
+  # SQLite numbers rows only through an INTEGER PRIMARY KEY
+  type_annotation_map = {str: Text, int: BigInteger().with_variant(Integer, "sqlite"), float: Double, dict[str, Any]: JSON, list[Any]: JSON}
+
+Hash = String(64)  # sha256 hex: kernel keys, fingerprint hashes, settings hashes
+
+
+class Kernel(Base):
+  __tablename__ = "kernels"
+  key: Mapped[str] = mapped_column(Hash, primary_key=True)
+  document: Mapped[dict[str, Any]]
+  name: Mapped[Optional[str]] = mapped_column(index=True)
+  flops: Mapped[int]
+  bytes: Mapped[int]
+  created: Mapped[float]
+
+
+class Fingerprint(Base):
+  __tablename__ = "fingerprints"
+  hash: Mapped[str] = mapped_column(Hash, primary_key=True)
+  backend: Mapped[str] = mapped_column(String(32), index=True)
+  json: Mapped[dict[str, Any]]
+
+
+class Worker(Base):
+  __tablename__ = "workers"
+  id: Mapped[int] = mapped_column(primary_key=True)
+  name: Mapped[str]
+  device: Mapped[str]                   # the worker's own device, e.g. "CUDA:0"
+  fingerprint_hash: Mapped[str] = mapped_column(ForeignKey("fingerprints.hash"))
+  last_heartbeat: Mapped[float]
+  state: Mapped[str] = mapped_column(String(16))  # idle | busy
+
+
+class Job(Base):
+  __tablename__ = "jobs"
+  id: Mapped[int] = mapped_column(primary_key=True)
+  kernel_key: Mapped[str] = mapped_column(ForeignKey("kernels.key"), index=True)
+  device: Mapped[str] = mapped_column(String(64))  # selector: a backend name ("CPU") or an exact fingerprint hash
+  settings: Mapped[dict[str, Any]]
+  settings_hash: Mapped[str] = mapped_column(Hash)
+  state: Mapped[str] = mapped_column(String(16))
+  error: Mapped[str] = mapped_column(default="")  # one line per failed attempt
+  priority: Mapped[int] = mapped_column(default=0)
+  attempts: Mapped[int] = mapped_column(default=0)  # failed attempts: expired leases and reported failures
+  max_attempts: Mapped[int]
+  lease_owner: Mapped[Optional[int]] = mapped_column(ForeignKey("workers.id"))
+  lease_expires: Mapped[Optional[float]]
+  created: Mapped[float]
+  started: Mapped[Optional[float]]
+  finished: Mapped[Optional[float]]
+  result_id: Mapped[Optional[int]]    # results.job_id points back; no FK here, so neither table needs the other first
+  __table_args__ = (
+    Index("ix_jobs_claim", "state", "device", "priority"),
+    # identical requests share a job: one that is not failed per (kernel, selector, settings)
+    Index("ux_jobs_request", "kernel_key", "device", "settings_hash", unique=True,
+          sqlite_where=text(NOT_FAILED), postgresql_where=text(NOT_FAILED)),
+  )
+
+
+class Result(Base):
+  __tablename__ = "results"
+  id: Mapped[int] = mapped_column(primary_key=True)
+  job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), unique=True)
+  worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"))
+  kernel_key: Mapped[str] = mapped_column(ForeignKey("kernels.key"), index=True)
+  fingerprint_hash: Mapped[str] = mapped_column(ForeignKey("fingerprints.hash"))
+  action_space_version: Mapped[int]
+  best_opts: Mapped[list[Any]]
+  best_s: Mapped[float]
+  baseline_s: Mapped[float]
+  speedup: Mapped[float]
+  verified: Mapped[bool]
+  search_s: Mapped[float]
+  result: Mapped[dict[str, Any]]      # SearchResult.to_json(), candidates included
+  created: Mapped[float]
+
+
+class Measurement(Base):
+  __tablename__ = "measurements"
+  id: Mapped[int] = mapped_column(primary_key=True)
+  job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+  round: Mapped[int]
+  opts: Mapped[list[Any]]
+  status: Mapped[str] = mapped_column(String(32))
+  error: Mapped[str]
+  source_hash: Mapped[str]
+  compile_s: Mapped[float]
+  times: Mapped[list[Any]]
+  min_s: Mapped[Optional[float]]
+  verified: Mapped[bool]
+
+
+class Best(Base):
+  __tablename__ = "best"
+  kernel_key: Mapped[str] = mapped_column(ForeignKey("kernels.key"), primary_key=True)
+  fingerprint_hash: Mapped[str] = mapped_column(ForeignKey("fingerprints.hash"), primary_key=True)
+  action_space_version: Mapped[int] = mapped_column(primary_key=True)
+  result_id: Mapped[int] = mapped_column(ForeignKey("results.id"))
+  best_s: Mapped[float]               # the result's, kept here so a replacement can be decided in one upsert

@@ -1,0 +1,65 @@
+"""Questions the store answers: a job, kernels (filtered, a page at a time), a kernel with its history, tuned opts."""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Optional, Sequence
+from sqlalchemy import Row, exists, func, select
+from tunesvc.store import Store
+from tunesvc.store.models import Best, Job, Kernel, Measurement, Result
+
+
+def job(st: Store, job_id: int) -> tuple[Job, Optional[Result]] | None:
+  with st.read() as s:
+    if (j := s.get(Job, job_id)) is None: return None
+    return j, None if j.result_id is None else s.get(Result, j.result_id)
+
+def jobs_of(st: Store, keys: Sequence[str]) -> dict[str, list[tuple[Job, Optional[Result]]]]:
+  """Every job of these kernels with its result, oldest first."""
+  out: dict[str, list] = {k: [] for k in keys}
+  with st.read() as s:
+    for j, r in s.execute(select(Job, Result).outerjoin(Result, Result.id == Job.result_id).where(Job.kernel_key.in_(keys)).order_by(Job.id)):
+      out[j.kernel_key].append((j, r))
+  return out
+
+
+def kernels(st: Store, name: Optional[str] = None, device: Optional[str] = None, state: Optional[str] = None,
+            limit: int = 50, offset: int = 0) -> tuple[list[Kernel], bool]:
+  """A page of kernels, newest first: names containing `name`, with a job for `device` and/or in `state`; and whether more follow."""
+  q = select(Kernel).order_by(Kernel.created.desc(), Kernel.key)
+  if name: q = q.where(Kernel.name.contains(name, autoescape=True))
+  if device or state:
+    has = select(Job.id).where(Job.kernel_key == Kernel.key)
+    if device: has = has.where(Job.device == device)
+    if state: has = has.where(Job.state == state)
+    q = q.where(exists(has))
+  with st.read() as s: rows = s.scalars(q.limit(limit + 1).offset(offset)).all()
+  return list(rows[:limit]), len(rows) > limit
+
+
+@dataclass
+class KernelHistory:
+  kernel: Kernel
+  jobs: list[tuple[Job, Optional[Result]]]
+  measurements: dict[int, list[Measurement]]  # job id -> every candidate its search measured, in order
+
+def kernel(st: Store, key: str) -> KernelHistory | None:
+  with st.read() as s:
+    if (k := s.get(Kernel, key)) is None: return None
+    ms: dict[int, list[Measurement]] = {}
+    for m in s.scalars(select(Measurement).join(Job, Job.id == Measurement.job_id).where(Job.kernel_key == key).order_by(Measurement.id)):
+      ms.setdefault(m.job_id, []).append(m)
+  return KernelHistory(k, jobs_of(st, [key])[key], ms)
+
+
+# the runtime's hot path: one indexed query (best's primary key, then results' primary key), plain rows
+LOOKUP = select(Best.kernel_key, Best.action_space_version, Best.best_s, Result.best_opts, Result.baseline_s).join(Result, Result.id == Best.result_id)
+
+def lookup(st: Store, keys: Sequence[str], fingerprint_hash: str, action_space_version: Optional[int] = None) -> dict[str, Row]:
+  """kernel key -> its best (opts, times) on this fingerprint, at that action-space version or else the newest one."""
+  q = LOOKUP.where(Best.kernel_key.in_(keys), Best.fingerprint_hash == fingerprint_hash)
+  if action_space_version is not None: q = q.where(Best.action_space_version == action_space_version)
+  with st.engine.connect() as c: rows = c.execute(q.order_by(Best.action_space_version)).all()
+  return {r.kernel_key: r for r in rows}  # ascending versions: the newest one is left standing
+
+
+def jobs_by_state(st: Store) -> dict[str, int]:
+  with st.read() as s: return dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
