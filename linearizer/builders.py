@@ -219,3 +219,22 @@ def symbolic_sum(rows: int = 32, var: tuple[str, int, int] = ("start_pos", 1, 40
                  name: Optional[str] = None) -> KernelAST:
   """fn over each row of a contiguous (rows, v+1) input, v = Var(*var) (e.g. the keys seen so far): (rows, 1)."""
   return kernel(red(fn, ld("x", (rows, Var(*var) + 1), dtype), (1,)), name)
+
+
+# ---- the example kernels: examples/kernels/*.json (written by examples/make_kernels.py), what `tunesvc demo` tunes
+EXAMPLES = {
+  "matmul_512": lambda name: matmul(512, 512, 512, name=name),
+  "matmul_1024": lambda name: matmul(1024, 1024, 1024, name=name),
+  "conv2d_3x3_pad": lambda name: conv2d(1, 64, 56, 56, 64, 3, 3, padding=1, name=name),
+  "maxpool_2x2": lambda name: pool2d("max", 1, 64, 112, 112, k=2, name=name),
+  "sum_rows_4096": lambda name: reduce("SUM", (4096, 4096), (1,), name=name),
+  "sum_all": lambda name: reduce("SUM", (4096, 4096), (0, 1), name=name),
+  "softmax_max": lambda name: softmax_max(4096, 1024, name=name),
+  "softmax_exp_sum": lambda name: softmax_exp_sum(4096, 1024, name=name),
+  "softmax_div": lambda name: softmax_div(4096, 1024, name=name),
+  "elementwise_chain": lambda name: elementwise_chain((1024, 1024), 32, name=name),
+  "mul_add_16m": lambda name: mul_add(1 << 24, name=name),
+  "symbolic_sum": lambda name: symbolic_sum(32, ("start_pos", 1, 4096), name=name),
+}
+
+def examples() -> dict[str, KernelAST]: return {name: make(name) for name, make in EXAMPLES.items()}

@@ -41,7 +41,7 @@ def beam_search(seeds: list[Kernel], actions: tuple[Opt, ...], measure: Measure,
   measured: list[tuple[Kernel, Candidate]] = []
   def left() -> int: return s.budget_candidates - len(measured) if s.budget_candidates is not None else 1 << 62
 
-  measured += measure(seeds, 0, left(), deadline)
+  measured += measure(seeds, 0, len(seeds), float("inf"))  # always, whatever the budget: every search has a baseline
   beam, last = seeds, float("inf")  # every seed is expanded, measured well or not: they are where the search starts
   for rnd in range(1, s.max_rounds + 1):
     if left() <= 0 or time.monotonic() >= deadline: break

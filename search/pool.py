@@ -15,10 +15,14 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Iterator, Optional
 
 
+def die_with_parent() -> None:
+  """Linux: SIGKILL this process when its parent dies, even while it is stopped or stuck in a candidate."""
+  with contextlib.suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _worker(conn: Connection) -> None:
   os.setpgrp()  # its own group: pausing it pauses the compilers it started; orphaned and stopped, the kernel SIGHUPs it
-  with contextlib.suppress(OSError, AttributeError):  # Linux: die with the parent, even while stopped
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+  die_with_parent()
   while True:
     try: msg = conn.recv()
     except EOFError: return

@@ -17,6 +17,7 @@ import numpy as np
 from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.fuzz import compare
+from search.pool import die_with_parent
 
 
 @dataclass
@@ -66,6 +67,7 @@ class _Case:
 
 
 def _main(conn: Connection, module: str) -> None:
+  die_with_parent()
   dev, case, progs = importlib.import_module(module), None, {}
   while (msg := conn.recv()) is not None:
     op, *args = msg

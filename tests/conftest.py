@@ -23,3 +23,25 @@ def corpus_lines() -> list[str]:
 def corpus(corpus_lines):
   from linearizer.ast import loads
   return [loads(line) for line in corpus_lines]
+
+
+TOKENS = {"sub": "submit", "wrk": "worker"}  # the tokens the `server` fixture knows, by role
+
+
+@pytest.fixture
+def server(tmp_path):
+  """A real API server on SQLite, on a free loopback port (uvicorn in a thread): its URL."""
+  import socket, threading, time
+  import uvicorn
+  from tunesvc.api import create_app
+  from tunesvc.config import Settings
+  app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/client.db", tokens=TOKENS))
+  sock = socket.socket()
+  sock.bind(("127.0.0.1", 0))
+  srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+  t = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+  t.start()
+  while not srv.started: time.sleep(0.01)
+  yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+  srv.should_exit = True
+  t.join(10)

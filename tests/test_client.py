@@ -2,28 +2,9 @@
 local cache (hits without network, misses, offline, cross-process safety, the cost of a hit)."""
 import json, socket, subprocess, sys, threading, time
 import pytest
-import uvicorn
 from search_results import cpu_fingerprint, example, search_result
-from tunesvc.api import create_app
 from tunesvc.cache import OptsCache
 from tunesvc.client import Client, ServiceError
-from tunesvc.config import Settings
-
-TOKENS = {"sub": "submit", "wrk": "worker"}
-
-
-@pytest.fixture
-def server(tmp_path):
-  app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/client.db", tokens=TOKENS))
-  sock = socket.socket()
-  sock.bind(("127.0.0.1", 0))
-  srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-  t = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-  t.start()
-  while not srv.started: time.sleep(0.01)
-  yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-  srv.should_exit = True
-  t.join(10)
 
 def tune(url, k, **kw) -> dict:
   """Submit k, and have a worker claim it and report a result: the server's job record."""

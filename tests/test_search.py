@@ -1,5 +1,4 @@
 import json, time
-import pytest
 from devices import cpu
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations

@@ -1,6 +1,6 @@
 """The `tunesvc` command line."""
 from __future__ import annotations
-import argparse, dataclasses, gzip, hashlib, json, statistics, sys, time
+import argparse, dataclasses, gzip, hashlib, json, os, statistics, sys, time
 from typing import Iterator, NoReturn, Optional
 import numpy as np
 from devices import registry
@@ -207,16 +207,39 @@ def cmd_tune(args) -> int:
   if not args.json: Console().print(table)
   return 0 if ok else 1
 
-def cmd_serve(args) -> int:
-  import uvicorn
-  from tunesvc.api import create_app
+
+def _service_settings(args):
   from tunesvc.config import Settings
   settings = Settings.from_env()
-  if args.db: settings = dataclasses.replace(settings, database_url=args.db)
+  return dataclasses.replace(settings, database_url=args.db) if args.db else settings
+
+def cmd_serve(args) -> int:
+  from tunesvc.serve import Service
+  settings = _service_settings(args)
   if not settings.tokens and args.host not in ("127.0.0.1", "localhost", "::1"):
     print(f"WARNING: no tokens configured (TUNESVC_TOKENS): anyone who reaches {args.host}:{args.port} may do everything", file=sys.stderr)
-  uvicorn.run(create_app(settings), host=args.host, port=args.port)
+  svc = Service(settings, args.host, args.port, args.workers, log_level="info").start()
+  print(f"tunesvc on {svc.url} (dashboard {svc.url}/, API docs {svc.url}/docs); workers: {len(svc.procs)} on {svc.devices}", flush=True)
+  svc.wait_for_signal()
+  svc.stop()
   return 0
+
+def cmd_demo(args) -> int:
+  from tunesvc.serve import Service, demo
+  settings = _service_settings(args)
+  svc = Service(settings, "127.0.0.1", args.port, 1, devices=["CPU"]).start()
+  token = next((t for t, role in settings.tokens.items() if role in ("submit", "admin")), None)
+  try:
+    rc = demo(svc, token, args.budget_s)
+    if not args.exit:
+      print("serving until Ctrl-C", flush=True)
+      svc.wait_for_signal()
+  finally: svc.stop()
+  return rc
+
+def cmd_worker(args) -> int:
+  from workers.worker import main as worker_main
+  return worker_main(args.server, args.token or os.environ.get("TUNESVC_TOKEN"), args.device, args.lease_s)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -252,11 +275,24 @@ def main(argv: Optional[list[str]] = None) -> int:
   t.add_argument("--json", action="store_true", help="one JSON object per kernel")
   t.add_argument("--no-cache", action="store_true", help="search even where a cached result exists (and replace it)")
   t.set_defaults(fn=cmd_tune)
-  sv = sub.add_parser("serve", help="run the HTTP API (SQLite under the user's data dir unless --db or TUNESVC_DATABASE_URL)")
+  sv = sub.add_parser("serve", help="the HTTP API and dashboard, with local workers (SQLite under the user's data dir unless --db)")
   sv.add_argument("--host", default="127.0.0.1")
   sv.add_argument("--port", type=int, default=8000)
-  sv.add_argument("--db", metavar="URL", help="database URL, e.g. postgresql+psycopg://user@host/db")
+  sv.add_argument("--db", metavar="URL", help="database URL, e.g. postgresql+psycopg://user@host/db (or TUNESVC_DATABASE_URL)")
+  sv.add_argument("--workers", type=int, default=1, help="local worker processes per device found (0: the API only)")
   sv.set_defaults(fn=cmd_serve)
+  d = sub.add_parser("demo", help="serve, tune the example kernels with a local CPU worker, print the table and the dashboard URL")
+  d.add_argument("--port", type=int, default=8000)
+  d.add_argument("--db", metavar="URL")
+  d.add_argument("--budget-s", type=float, default=15.0, help="search seconds per kernel (default 15)")
+  d.add_argument("--exit", action="store_true", help="exit after the table instead of serving the dashboard until Ctrl-C")
+  d.set_defaults(fn=cmd_demo)
+  w = sub.add_parser("worker", help="claim and tune jobs for one device of this machine from a tunesvc server")
+  w.add_argument("--server", required=True, metavar="URL")
+  w.add_argument("--token", help="a worker token (default: TUNESVC_TOKEN)")
+  w.add_argument("--device", default="CPU")
+  w.add_argument("--lease-s", type=float, default=60.0, help="job lease, renewed by heartbeats every quarter of it")
+  w.set_defaults(fn=cmd_worker)
   args = p.parse_args(argv)
   return args.fn(args)
 

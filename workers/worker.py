@@ -23,15 +23,13 @@ def settings_of(job: dict) -> SearchSettings:
 
 class Worker:
   def __init__(self, client: Client, device: str = "CPU", name: Optional[str] = None, lease_s: float = 60.0, poll_s: float = 2.0,
-               module: Optional[str] = None):
+               module: Optional[str] = None, stopping: Optional[threading.Event] = None):
     self.client, self.device, self.lease_s, self.poll_s, self.module = client, device, lease_s, poll_s, module
     self.dev = registry.get(device)
     fp = self.dev.fingerprint()
     self.fingerprint_hash = self.dev.fingerprint_hash(fp)
     self.id = client.register(name or f"{socket.gethostname()}:{os.getpid()}:{device}", device, fp, self.fingerprint_hash)
-    self.stopping = threading.Event()
-
-  def stop(self, *_) -> None: self.stopping.set()
+    self.stopping = stopping or threading.Event()  # set: finish no more jobs, give the current one back
 
   def run(self, max_jobs: Optional[int] = None) -> int:
     """Claim and search jobs until stopped (or max_jobs are done); returns how many were finished."""
@@ -82,9 +80,19 @@ class Worker:
 
 def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, max_jobs: Optional[int] = None) -> int:
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+  logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+  stopping = threading.Event()
+  for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, lambda *_: stopping.set())
   with Client(server, token) as client:
-    w = Worker(client, device, lease_s=lease_s)
-    for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, w.stop)
+    while True:  # the service may still be starting, or away for a while: register once it answers
+      try:
+        w = Worker(client, device, lease_s=lease_s, stopping=stopping)
+        break
+      except ServiceError as e:
+        if e.status in (401, 403): raise SystemExit(f"ERROR {server}: {e.detail}") from None  # a wrong token stays wrong
+        log.warning("cannot register with %s: %s", server, e)
+      except Exception as e: log.warning("cannot register with %s: %s", server, e)
+      if stopping.wait(2): return 0
     log.info("worker %s on %s (%s) serving %s", w.id, device, w.fingerprint_hash[:12], server)
     w.run(max_jobs)
   return 0

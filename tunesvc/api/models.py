@@ -43,7 +43,11 @@ class Request(BaseModel): model_config = ConfigDict(extra="forbid")
 class SearchSettings(Request):
   beam: int = Field(2, ge=1, le=64, description="beam width")
   budget_s: float = Field(60.0, gt=0, le=86400, description="seconds the search may take")
-  seed: int = Field(0, ge=0, le=MAX_INT)
+  budget_candidates: Optional[int] = Field(None, ge=1, le=100_000, description="candidates the search may measure")
+  min_improvement: float = Field(0.01, ge=0, lt=1, description="a round gaining less than this share ends the search")
+  min_time_s: float = Field(0.05, ge=0.001, le=10, description="measured time per candidate")
+  final_rounds: int = Field(7, ge=1, le=100, description="interleaved re-timings of the finalists")
+  seed: int = Field(0, ge=0, le=MAX_INT, description="seed of the input data")
 
 class SubmitRequest(Request):
   kernels: list[Document] = Field(min_length=1, max_length=1000)

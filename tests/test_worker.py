@@ -1,0 +1,75 @@
+"""Workers against a real server: a job searched and reported end to end, SIGTERM giving the job back, and a worker
+killed with SIGKILL mid-search whose job another worker finishes once the lease expires."""
+import os, signal, subprocess, sys, time
+from linearizer.builders import reduce
+from tunesvc.client import Client
+from workers.worker import Worker
+
+SEARCH = {"beam": 2, "budget_candidates": 8, "min_time_s": 0.005, "final_rounds": 3}
+
+
+def wait_for(pred, timeout: float = 60.0, every: float = 0.1):
+  end = time.monotonic() + timeout
+  while not (got := pred()):
+    assert time.monotonic() < end, "timed out waiting"
+    time.sleep(every)
+  return got
+
+
+def test_a_worker_searches_a_job_and_the_runtime_gets_its_opts(server, tmp_path):
+  k = reduce("SUM", (256, 512), (1,))
+  with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
+    job, = user.submit([k], "CPU", SEARCH)
+    w = Worker(wc, "CPU")
+    assert w.run(max_jobs=1) == 1
+    j = user.job(job["job_id"])
+    assert j["state"] == "done" and j["result"]["verified"], j
+    assert wc.opts_for(k, w.fingerprint_hash, j["result"]["action_space_version"]) == j["result"]["opts"]
+    assert len(user.kernel(k.key)["results"][0]["measurements"]) >= 2
+
+
+def worker_process(url: str, lease_s: float) -> subprocess.Popen:
+  code = f"import sys; from workers.worker import main; sys.exit(main({url!r}, 'wrk', 'CPU', lease_s={lease_s}))"
+  return subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
+  with Client(server, "sub") as user:
+    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", {**SEARCH, "budget_candidates": 500, "budget_s": 300})
+    p = worker_process(server, 30)
+    wait_for(lambda: user.job(job["job_id"])["state"] == "running")
+    time.sleep(3)  # mid-search
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 0, p.stderr.read()
+    j = user.job(job["job_id"])
+    assert j["state"] == "queued" and j["attempts"] == 0, j
+
+
+def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job(server):
+  with Client(server, "sub") as user:
+    job, = user.submit([reduce("SUM", (1024, 1024), (1,))], "CPU", SEARCH)
+    a = worker_process(server, 3)
+    wait_for(lambda: user.job(job["job_id"])["state"] == "running")
+    time.sleep(1)
+    os.killpg(a.pid, signal.SIGKILL)  # the worker, its compile pool and its runner, mid-search
+    a.wait()
+    b = worker_process(server, 3)
+    j = wait_for(lambda: (j := user.job(job["job_id"]))["state"] in ("done", "failed") and j, timeout=120, every=0.5)
+    b.send_signal(signal.SIGTERM)
+    b.wait(60)
+    assert j["state"] == "done" and j["attempts"] == 1 and "lease" in j["error"] and j["result"]["verified"], j  # one lapsed lease
+    assert len(user.kernel(j["kernel_key"])["results"]) == 1
+
+
+def test_serve_runs_the_api_with_a_local_worker_and_stops_cleanly(tmp_path):
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", "0", "--db", f"sqlite:///{tmp_path}/s.db"],
+                       stdout=subprocess.PIPE, text=True, env={**os.environ, "TUNESVC_TOKENS": ""})
+  try:
+    url = p.stdout.readline().split()[2]
+    with Client(url) as user:
+      job, = user.submit([reduce("SUM", (64, 256), (1,))], "CPU", SEARCH)
+      j = wait_for(lambda: (j := user.job(job["job_id"]))["state"] in ("done", "failed") and j, timeout=120, every=0.5)
+      assert j["state"] == "done" and j["result"]["verified"], j
+  finally:
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 0

@@ -1,0 +1,80 @@
+"""`tunesvc serve` and `tunesvc demo`: the API and one local worker process per device, on one machine.
+
+The API runs in a thread of this process (uvicorn), the workers as child processes. On SIGINT or SIGTERM the workers
+stop first -- each gives its job back to the queue, which needs the API still up -- and then the API."""
+from __future__ import annotations
+import dataclasses, os, secrets, signal, socket, subprocess, sys, threading, time
+from typing import Optional
+import uvicorn
+from devices import registry
+from tunesvc.api import create_app
+from tunesvc.config import Settings
+
+
+class Service:
+  def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
+               devices: Optional[list[str]] = None, log_level: str = "warning"):
+    # local workers get a token of their own where tokens are in force
+    self.worker_token = secrets.token_urlsafe(24) if settings.tokens else None
+    if self.worker_token: settings = dataclasses.replace(settings, tokens={**settings.tokens, self.worker_token: "worker"})
+    self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try: self.sock.bind((host, port))
+    except OSError as e: raise SystemExit(f"ERROR cannot listen on {host}:{port}: {e.strerror} (choose another --port)") from None
+    self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.sock.getsockname()[1]}"
+    self.server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level=log_level))
+    self.devices = registry.available() if devices is None else devices
+    self.n_workers, self.procs = workers, []
+
+  def start(self) -> Service:
+    threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True).start()
+    while not self.server.started: time.sleep(0.01)
+    env = {**os.environ, **({"TUNESVC_TOKEN": self.worker_token} if self.worker_token else {})}
+    for device in self.devices:
+      for _ in range(self.n_workers):
+        self.procs.append(subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "worker", "--server", self.url, "--device", device], env=env))
+    return self
+
+  def stop(self) -> None:
+    for p in self.procs: p.send_signal(signal.SIGTERM)
+    for p in self.procs:
+      try: p.wait(60)
+      except subprocess.TimeoutExpired: p.kill()
+    self.server.should_exit = True
+
+  def wait_for_signal(self) -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM): signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1):
+      if any(p.poll() is not None for p in self.procs): print(f"WARNING: a worker exited: {[p.returncode for p in self.procs]}", file=sys.stderr)
+
+
+def demo(svc: Service, token: Optional[str], budget_s: float) -> int:
+  """Submit the example kernels, wait for their jobs, print a table; 0 if every one was tuned."""
+  from rich.console import Console
+  from rich.progress import Progress
+  from rich.table import Table
+  from linearizer.builders import examples
+  from tunesvc.client import Client
+  kernels = examples()
+  with Client(svc.url, token) as c, Progress(console=Console(stderr=True), transient=True) as bar:
+    jobs = c.submit(list(kernels.values()), "CPU", {"budget_s": budget_s})
+    task = bar.add_task(f"tuning {len(jobs)} example kernels", total=len(jobs))
+    while True:
+      states = [c.job(j["job_id"]) for j in jobs]
+      bar.update(task, completed=sum(j["state"] in ("done", "failed") for j in states))
+      if all(j["state"] in ("done", "failed") for j in states): break
+      time.sleep(1)
+  table = Table("kernel", "state", "baseline", "best", "speedup", "rate", "opts", title="tunesvc demo: the example kernels on CPU")
+  for (name, k), j in zip(kernels.items(), states):
+    r = j["result"]
+    if r is None:
+      table.add_row(name, j["state"], "", "", "", "", j["error"][:60])
+      continue
+    flops, nbytes = k.flops(), k.bytes()
+    rate = f"{flops / r['best_s'] / 1e9:.1f} GFLOP/s" if flops >= nbytes else f"{nbytes / r['best_s'] / 1e9:.1f} GB/s"
+    table.add_row(name, j["state"], f"{r['baseline_s'] * 1e3:.3f} ms", f"{r['best_s'] * 1e3:.3f} ms", f"{r['speedup']:.2f}x", rate,
+                  " ".join(f"{o['op']}{'' if o['axis'] is None else o['axis']}:{o['amt']}" for o in r["opts"]) or "-")
+  Console(width=max(Console().width, 140)).print(table)
+  print(f"dashboard: {svc.url}/   API docs: {svc.url}/docs")
+  return 0 if all(j["state"] == "done" for j in states) else 1
