@@ -1,6 +1,8 @@
 """Fuzz the linearizer: random legal schedules on real kernels, compiled, run on random data, checked against the reference.
 
   .venv/bin/python bench/fuzz_linearizer.py --cases 3000 --seed 0              # the shared corpus + examples + builder kernels
+  .venv/bin/python bench/fuzz_linearizer.py --per-kernel 3 --builders 0 --max-positions 1000000000000 --timeout 1200
+                                                                              # every kernel, 3 schedules each, none skipped
   .venv/bin/python bench/fuzz_linearizer.py --corpus k.jsonl --builders 0 --asan  # only k.jsonl, under AddressSanitizer
   .venv/bin/python bench/fuzz_linearizer.py --replay fuzz_failures/MISMATCH-corpus_sops_7046-1a2b3c4d.json
 
@@ -203,12 +205,12 @@ def kernel_pool(paths: Iterable[str], builders: int, seed: int, max_positions: i
   keep = [(label, k.to_json()) for label, k in docs if positions(k, {v.name: v.min for v in k.vars}) <= max_positions]
   return keep, len(docs) - len(keep)
 
-def undrawn(kernels: list[tuple[str, dict]], cases: int, seed: int) -> Iterator[Case]:
-  """`cases` cases to draw, each for a random kernel with a seed of its own."""
+def undrawn(kernels: list[tuple[str, dict]], cases: int, seed: int, per_kernel: int = 0) -> Iterator[Case]:
+  """Cases to draw, each with a seed of its own: `per_kernel` for every kernel (all of them, in turn), else `cases`
+  for random kernels."""
   rng = random.Random(seed)
-  for _ in range(cases):
-    label, doc = rng.choice(kernels)
-    yield Case(doc, None, None, rng.getrandbits(32), label)
+  picks = [k for _ in range(per_kernel) for k in kernels] if per_kernel else (rng.choice(kernels) for _ in range(cases))
+  for label, doc in picks: yield Case(doc, None, None, rng.getrandbits(32), label)
 
 def save(case: Case, out: Path) -> Path:
   """The replay file of a failed case."""
@@ -232,10 +234,11 @@ def table(counts: dict[str, collections.Counter]) -> str:
     lines.append(f"{st:<14}{sum(c.values()):>7}" + "".join(f"{c[s]:>13}" for s in sources))
   return "\n".join(lines)
 
-def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out: Optional[Path], log=print) -> dict[str, collections.Counter]:
-  """Run `cases` cases over the kernels; failures are logged and, with `out`, written there as replay files."""
+def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out: Optional[Path], log=print,
+         per_kernel: int = 0) -> dict[str, collections.Counter]:
+  """Run the cases `undrawn` gives; failures are logged and, with `out`, written there as replay files."""
   counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-  for case in pool.run(undrawn(kernels, cases, seed)):
+  for case in pool.run(undrawn(kernels, cases, seed, per_kernel)):
     counts[case.status][case.label.split(":")[0]] += 1
     if case.status != "PASS":
       msg = case.message.strip()
@@ -260,6 +263,7 @@ def replay(path: str, print_source: bool, timeout: float) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--cases", type=int, default=1000)
+  p.add_argument("--per-kernel", type=int, default=0, metavar="N", help="N cases for every kernel of the pool instead of --cases")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--corpus", action="append", metavar="PATH", help=f"a kernel file (.json, .jsonl, .jsonl.gz) or a directory of "
                  f".json files; repeatable (default: {CORPUS.relative_to(ROOT.parent)} and examples/kernels)")
@@ -277,11 +281,12 @@ def main(argv: Optional[list[str]] = None) -> int:
   t0 = time.perf_counter()
   kernels, skipped = kernel_pool(args.corpus or [str(CORPUS), str(EXAMPLES)], args.builders, args.seed, args.max_positions)
   if not kernels: raise SystemExit("no kernels to fuzz")
+  if args.per_kernel: args.cases = args.per_kernel * len(kernels)
   print(f"{len(kernels)} kernels, {skipped} skipped (more than {args.max_positions:,} positions); {args.cases} cases, seed {args.seed}, "
         f"{args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
   with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions) as pool:
-    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True))
+    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel)
   t2 = time.perf_counter()
   print(table(counts))
   print(f"{args.cases} cases in {t2 - t1:.1f} s ({(t2 - t1) / max(1, args.cases) * 1e3:.0f} ms a case, {args.jobs} jobs); loading {t1 - t0:.1f} s")
