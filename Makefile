@@ -11,8 +11,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: demo test
 demo: $(STAMP)
-	$(VENV)/bin/tunesvc kernel check examples/kernels/*.json
-	$(VENV)/bin/tunesvc kernel run examples/kernels/*.json
+	$(VENV)/bin/tunesvc demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)

@@ -1,7 +1,10 @@
 """Workers against a real server: a job searched and reported end to end, SIGTERM giving the job back, and a worker
 killed with SIGKILL mid-search whose job another worker finishes once the lease expires."""
 import os, signal, subprocess, sys, time
+from linearizer import reference
 from linearizer.builders import reduce
+from linearizer.fuzz import compare
+from tunesvc import runtime
 from tunesvc.client import Client
 from workers.worker import Worker
 
@@ -25,6 +28,12 @@ def test_a_worker_searches_a_job_and_the_runtime_gets_its_opts(server, tmp_path)
     j = user.job(job["job_id"])
     assert j["state"] == "done" and j["result"]["verified"], j
     assert wc.opts_for(k, w.fingerprint_hash, j["result"]["action_space_version"]) == j["result"]["opts"]
+    assert runtime.opts_for(k, "CPU", wc) == j["result"]["opts"]  # what run_kernel runs
+    vv = k.var_vals()
+    bufs, want = reference.random_buffers(k, vv, 1), reference.random_buffers(k, vv, 1)
+    reference.run(k, want, vv)
+    runtime.run_kernel(k, bufs, client=wc)
+    assert compare(k, bufs, want, vv) is None
     assert len(user.kernel(k.key)["results"][0]["measurements"]) >= 2
 
 

@@ -1,5 +1,7 @@
-"""Run a kernel on a device: linearize with a schedule, render, compile (cached on disk), run."""
+"""Run a kernel on a device: its tuned opts (asked of the service through the client's local cache) or the hand-coded
+ones, linearize, render, compile (cached on disk), run."""
 from __future__ import annotations
+import functools, os
 from typing import Mapping, Optional, Sequence
 import numpy as np
 from devices import registry
@@ -7,6 +9,21 @@ from linearizer.ast import KernelAST
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
+from search.actions import ACTION_SPACE_VERSION
+
+
+@functools.cache
+def default_client():
+  """The service named by TUNESVC_URL (token: TUNESVC_TOKEN), or None: then kernels run their hand-coded opts."""
+  from tunesvc.client import Client
+  return Client(url, os.environ.get("TUNESVC_TOKEN")) if (url := os.environ.get("TUNESVC_URL")) else None
+
+
+def opts_for(kernel: KernelAST, device: str = "CPU", client=None) -> Optional[list[dict]]:
+  """The tuned opts for this kernel on this device's fingerprint, or None (untuned, or no service)."""
+  if (client := client or default_client()) is None: return None
+  dev = registry.get(device)
+  return client.opts_for(kernel, dev.fingerprint_hash(dev.fingerprint()), ACTION_SPACE_VERSION)
 
 
 def compile_kernel(kernel: KernelAST, device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None):
@@ -20,8 +37,9 @@ def compile_kernel(kernel: KernelAST, device: str = "CPU", opts: Optional[Sequen
 
 
 def run_kernel(kernel: KernelAST, buffers: Sequence[np.ndarray], device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None,
-               var_vals: Optional[Mapping[str, int]] = None) -> None:
-  """Compute `kernel` into buffers[0]; `opts` None runs the hand-coded schedule."""
+               var_vals: Optional[Mapping[str, int]] = None, client=None) -> None:
+  """Compute `kernel` into buffers[0]. `opts` None: the tuned ones from `client` (default: TUNESVC_URL's) or, where
+  there are none, the hand-coded schedule."""
   vv = kernel.var_vals(var_vals)
-  _, prog, _ = compile_kernel(kernel, device, opts)
+  _, prog, _ = compile_kernel(kernel, device, opts if opts is not None else opts_for(kernel, device, client))
   prog(*buffers, var_vals=[vv[v.name] for v in kernel.vars])
