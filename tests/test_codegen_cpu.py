@@ -4,14 +4,18 @@ import math
 import numpy as np
 import pytest
 from linearizer import reference
-from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, red, reduce, st, symbolic_sum
+from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, mul_add, red, reduce, st, symbolic_sum
 from linearizer.fuzz import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8
-from linearizer.kernel import Opt
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel, Opt
+from linearizer.lower import lower
+from devices import cpu
 from tunesvc.runtime import compile_kernel, run_kernel
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 F = float
+F64, BF16 = DTYPES["float64"], DTYPES["bfloat16"]
 
 
 def check(k, inputs=None, opts=(), var_vals=None, seed=0):
@@ -108,9 +112,6 @@ def test_symbolic_kernel_takes_its_variable_as_an_argument():
 
 
 def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus):
-  from devices import cpu
-  from linearizer.heuristic import hand_coded_optimizations
-  from linearizer.kernel import Kernel
   import random
   small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 2_000_000]
   kernels = [matmul(64, 48, 80), conv2d(1, 8, 12, 12, 8, 3, 3, padding=1), reduce("SUM", (64, 256), (1,)),
@@ -124,9 +125,6 @@ def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus)
 
 
 def test_run_kernel_without_opts_runs_the_hand_coded_schedule():
-  from devices import cpu
-  from linearizer.heuristic import hand_coded_optimizations
-  from linearizer.kernel import Kernel
   k = matmul(64, 48, 80)
   _, _, opts = compile_kernel(k, "CPU")
   assert opts == hand_coded_optimizations(Kernel(k, cpu.options())) and opts
@@ -136,3 +134,88 @@ def test_run_kernel_without_opts_runs_the_hand_coded_schedule():
   reference.run(k, want, vv)
   run_kernel(k, bufs)
   assert (msg := compare(k, bufs, want, vv)) is None, msg
+
+
+def program(k, opts=()):
+  return lower(Kernel(k, cpu.options()).apply_opts(list(opts)))
+
+def ops(prog, vec=1) -> list[str]:
+  """ALU and ACC ops of the program whose values have at least `vec` lanes."""
+  return [u.arg for u in prog.uops if u.op in ("ALU", "ACC") and u.vec >= vec]
+
+
+
+EDGE = [F("nan"), F("inf"), -F("inf"), 0.0, -0.0, 1.0, -1.0, 1.5, 1e-45, -1e-40, 3.4e38, -3.4e38, 65504.0, 65520.0, 2049.0, 1 / 3]
+
+def pairs(dt) -> list[np.ndarray]:
+  """Every edge value against every other (256 elements)."""
+  return [np.repeat(EDGE, len(EDGE)).astype(dt.np), np.tile(EDGE, len(EDGE)).astype(dt.np)]
+
+def vcheck(k, inputs, width: int, *vector_ops: str):
+  """The output's last axis carried as vectors of `width` lanes, these ALU ops among the vector ones; compiled vs reference."""
+  opts = [Opt("UPCAST", Kernel(k, cpu.options()).first_reduce - 1, width)]
+  prog = program(k, opts)
+  assert any(u.vec == width for u in prog.uops) and set(vector_ops) <= set(ops(prog, width)), (ops(prog, width), vector_ops)
+  return check(k, inputs, opts=opts)
+
+
+@pytest.mark.parametrize("dt,w", [(float32, 16), (F64, 8)], ids=["float32", "float64"])
+def test_vector_max_comparisons_and_where_keep_the_reference_semantics(dt, w):
+  a, b = ld(1, (256,), dt), ld(2, (256,), dt)
+  x = pairs(dt)
+  vcheck(kernel(alu("MAX", a, b)), x, w, "MAX")  # NaN in either operand wins
+  vcheck(kernel(alu("WHERE", alu("CMPLT", a, b), a, b)), x, w, "CMPLT", "WHERE")  # NaN compares false
+  vcheck(kernel(cast(alu("CMPEQ", a, b), dt)), x, w, "CMPEQ")
+  vcheck(kernel(alu("WHERE", alu("CMPEQ", a, a), const(2.5, (256,), dt), a)), x, w, "CMPEQ", "WHERE")
+  vcheck(kernel(cast(cast(a, bool_), dt)), x, w)  # NaN is true, -0 false
+  vcheck(kernel(alu("SUB", alu("MUL", a, b), alu("DIV", a, alu("NEG", b)))), x, w, "MUL", "DIV", "NEG", "SUB")
+
+def test_vector_where_with_a_mask_of_other_lanes():
+  # a float64 comparison selecting float32 lanes and the reverse: the mask converts between lane widths
+  a, b = ld(1, (256,)), ld(2, (256,))
+  vcheck(kernel(alu("WHERE", alu("CMPLT", cast(a, F64), cast(b, F64)), a, b)), pairs(float32), 8, "CMPLT", "WHERE")
+  a, b = ld(1, (256,), F64), ld(2, (256,), F64)
+  x = pairs(F64)
+  x[0][::5] = 1e300  # beyond float32: compares as inf
+  vcheck(kernel(alu("WHERE", alu("CMPLT", cast(a, float32), cast(b, float32)), a, b)), x, 8, "CMPLT", "WHERE")
+
+def test_vector_float_casts_round_as_c():
+  rng = np.random.default_rng(1)
+  f32 = np.concatenate([pairs(float32)[0][::16], rng.standard_normal(240).astype(np.float32) * 3e4])
+  f32[-16:] = np.float32(1) + np.float32(2**-11) * np.arange(16)  # ties to even into float16
+  vcheck(kernel(cast(ld(1, (256,)), float16)), [f32], 16)
+  halves = np.arange(0, 1 << 16, 256, dtype=np.uint16).view(np.float16)  # every exponent, NaNs, infs, subnormals, both signs
+  vcheck(kernel(cast(ld(1, (256,), float16), float32)), [halves], 16)
+  vcheck(kernel(cast(ld(1, (256,)), F64)), [f32], 8)
+  f64 = np.concatenate([[1e300, -1e300, 1e-300, 2.0**24 + 1, 1 / 3, F("nan"), -0.0, 2.0**-149 * 0.75], rng.standard_normal(248)])
+  vcheck(kernel(cast(ld(1, (256,), F64), float32)), [f64], 8)
+
+def test_int_float_casts_stay_scalar():
+  for k in (kernel(cast(ld(1, (64,), int32), float32)), kernel(cast(ld(1, (64,)), int32))):
+    assert not any(u.vec > 1 for u in program(k, [Opt("UPCAST", 0, 16)]).uops)
+  check(kernel(cast(ld(1, (64,)), int32)), [np.array(EDGE * 4, np.float32)], [Opt("UPCAST", 0, 16)])
+
+@pytest.mark.parametrize("dt,w", [(float32, 16), (F64, 8), (float16, 16)], ids=["float32", "float64", "float16"])
+def test_vector_reductions(dt, w):
+  # over axis 0 of (rows, 64): the output's 64 columns are the vector lanes
+  x = np.random.default_rng(2).standard_normal((37, 64)).astype(dt.np)
+  x[5, 3], x[30, 17], x[:, 40] = F("nan"), F("inf"), -F("inf")
+  vcheck(kernel(red("MAX", ld(1, (37, 64), dt), [0])), [x.reshape(-1)], w, "MAX")
+  vcheck(kernel(red("SUM", ld(1, (37, 64), dt), [0])), [x.reshape(-1)], w, "ADD")
+
+def test_vector_broadcasts_keep_negative_zero():
+  # a lane broadcast that added to 0 would turn -0 into +0, and x / -0 into +inf
+  x = np.arange(1, 65, dtype=np.float32)
+  out = vcheck(kernel(alu("DIV", ld(1, (64,)), const(-0.0, (64,)))), [x], 16, "DIV")
+  assert (out == -F("inf")).all()
+  out = vcheck(kernel(alu("DIV", ld(1, (64,)), ld(2, st((1,)).expand((64,))))), [x, np.array([-0.0], np.float32)], 16, "DIV")
+  assert (out == -F("inf")).all()
+
+def test_hand_coded_schedules_vectorise_the_new_ops():
+  relu = kernel(alu("MAX", ld(1, (64, 256)), const(0.0, (64, 256))))
+  for k, w in ((relu, 16), (mul_add(4096, F64), 8), (kernel(cast(ld(1, (64, 256), float16), float32)), 16), (matmul(64, 48, 80, dtype=F64), 8)):
+    kern = Kernel(k, cpu.options())
+    opts = hand_coded_optimizations(kern)
+    assert max(u.vec for u in lower(kern).uops) == w, opts
+    check(k, opts=opts)
+
