@@ -6,8 +6,8 @@ subexpressions merge), constants fold by the reference semantics, and index and 
 symbolic expressions, simplified, until the renderer writes them.
 """
 from __future__ import annotations
-import itertools
-from dataclasses import dataclass
+import collections, itertools
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 import numpy as np
 from linearizer.ast import ConstArg, KernelAST, LazyOp
@@ -20,9 +20,10 @@ from linearizer.symbolic import Var, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
-#      DEFINE_ACC (arg: initial value) ACC (src: acc, value; arg: the ALU op, ADD|MAX, folding the value into acc, its
-#      last operand) VALID (arg: a symbolic condition, as a bool) VBROADCAST (src: a scalar)
-#      VBUILD (src: one scalar per lane). `vec` > 1: a value of that many lanes; a bool vector is a comparison's lane mask.
+#      DEFINE_ACC (arg: initial value) ACC (src: acc, operands; arg: the ALU op, ADD|MAX|MULACC, folding the operands
+#      into acc, its last operand) VALID (arg: a symbolic condition, as a bool) VBROADCAST (src: a scalar)
+#      VBUILD (src: one scalar per lane). ALU ops are the format's, and MULACC (src: a, b, c): a*b+c rounded once.
+#      `vec` > 1: a value of that many lanes; a bool vector is a comparison's lane mask.
 # What lanes may carry as vectors: float32/float64 arithmetic, which C vector extensions do lane by lane as the scalar
 # ops do; float16 only loaded, stored, reduced and converted (its arithmetic rounds per op through float32); bool
 # only as masks from comparisons and casts, feeding a WHERE or a cast back to a float.
@@ -30,6 +31,8 @@ VEC_ARITH, VEC_MEMORY = ("float32", "float64"), ("float16", "float32", "float64"
 VEC_ALU = ("ADD", "SUB", "MUL", "DIV", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE")
 VEC_CASTS = {("float16", "float32"), ("float32", "float16"), ("float32", "float64"), ("float64", "float32"),
              ("float32", "bool"), ("float64", "bool"), ("bool", "float32"), ("bool", "float64")}
+FMA_DTYPES = ("float32", "float64")  # float16/bfloat16 round every op, as the reference does: never fused
+ACC_CHAINS = 8  # accumulators enough to hide an FMA's latency (4 cycles, 2 a cycle): each product goes straight in
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
 
   outer = loop(range(fr), threads=full[0] if k.thread_dims else 0)
   reduced: dict[tuple, int] = {}
+  sums: set[int] = set()  # the ALU ops combining a reduce's lanes
   red = k.reduceop
   if red is not None:
     out_lanes = list(itertools.product(*(range(full[i]) for i in out_up)))
@@ -141,9 +145,16 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       if red.dtype.acc != red.dtype: v = emit(UOp("CAST", red.dtype.acc, (v,), False, W))
       parts[tuple(l[i] for i in out_up)].append(v)
     op = "ADD" if red.arg.fn == "SUM" else "MAX"
-    for ol, vs in parts.items():  # combine the unrolled lanes as a tree: independent adds, not one serial chain
-      while len(vs) > 1: vs = [emit(UOp("ALU", red.dtype.acc, (a, b), op, W)) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
-      accs[ol] = emit(UOp("ACC", red.dtype.acc, (accs[ol], vs[0]), op, W), dedup=False)
+    def combine(a: int, b: int) -> int:  # never merged with an element-wise op: only these may fuse
+      sums.add(i := emit(UOp("ALU", red.dtype.acc, (a, b), op, W), dedup=False))
+      return i
+    # products that fuse into enough independent accumulators go straight in, one FMA each (a longer serial sum per
+    # accumulator than the tree's, well inside the SUM's range); otherwise the unrolled lanes combine as a tree first
+    # (independent ops, not one serial chain through the accumulator)
+    chain = op == "ADD" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
+    for ol, vs in parts.items():
+      while len(vs) > 1 and not chain: vs = [combine(a, b) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
+      for v in vs: accs[ol] = emit(UOp("ACC", red.dtype.acc, (accs[ol], v), op, W), dedup=False)
     for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
     seen.clear()  # values from inside the reduce loop are out of scope now
     for ol, a in accs.items():
@@ -156,7 +167,35 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     idx, valid = index(st_of[k.ast.ast.arg], l)
     if valid != 0: emit(UOp("STORE", None, (v,), (0, lane0(idx), valid), W), dedup=False)
   for _ in outer: emit(UOp("ENDLOOP", None), dedup=False)
-  return Program(name, uops, bufs, list(k.ast.vars), tuple(k.applied_opts))
+  return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts))
+
+
+def _fuse_mulacc(uops: list[UOp], sums: set[int]) -> list[UOp]:
+  """A float SUM's accumulate (ACC) or lane-combining ADD (in `sums`) of a product MUL(a, b) -> MULACC(a, b, acc):
+  one op and one rounding instead of two. Only there: the fused term misses just its product's rounding, half an ulp
+  of that term, which the reference's range for a SUM summed in another order covers. An element-wise a*b+c stays as
+  the reference rounds it: a cancellation after it can magnify that half ulp past the tolerance (the fuzzer found
+  such kernels: corpus GELU gradients, the elementwise_chain example). A MUL something else uses too stays: fusing it
+  saves no op (it is computed anyway) and its users would see two different products."""
+  uses = collections.Counter(s for u in uops for s in u.src)
+  def product(i: int) -> bool:
+    return uops[i].op == "ALU" and uops[i].arg == "MUL" and uops[i].dtype.name in FMA_DTYPES and uses[i] == 1
+  fused: dict[int, UOp] = {}
+  gone: set[int] = set()  # the products folded into their user
+  for i, u in enumerate(uops):
+    if i in sums and u.arg == "ADD" and (m := next((s for s in u.src if product(s)), None)) is not None:
+      fused[i] = replace(u, src=(*uops[m].src, u.src[u.src[0] == m]), arg="MULACC")
+    elif u.op == "ACC" and u.arg == "ADD" and product(m := u.src[1]):
+      fused[i] = replace(u, src=(u.src[0], *uops[m].src), arg="MULACC")
+    else: continue
+    gone.add(m)
+  out: list[UOp] = []
+  at: dict[int, int] = {}  # old position -> new
+  for i, u in enumerate(uops):
+    if i in gone: continue
+    at[i] = len(out)
+    out.append(replace(u := fused.get(i, u), src=tuple(at[s] for s in u.src)))
+  return out
 
 
 def _vector_node(n: LazyOp) -> bool:

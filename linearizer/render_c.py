@@ -1,6 +1,7 @@
 """C for the linear IR, with the reference semantics spelled out where C leaves them undefined:
 integer division by 0 or -1, NaN in MAX, float-to-int casts that saturate, and float16/bfloat16
-arithmetic done in float and rounded after every op. Vectors use the gcc/clang vector extensions,
+arithmetic done in float and rounded after every op. MULACC is an explicit fused multiply-add (the
+compiler contracts nothing itself: -ffp-contract=off). Vectors use the gcc/clang vector extensions,
 selecting lanes through masks where scalar code has ?:."""
 from __future__ import annotations
 import math
@@ -47,6 +48,7 @@ def alu(op: str, dt: DType, a: list[str], src_dt: DType) -> str:
   if src_dt == bool_: return {"ADD": "({0}||{1})", "MAX": "({0}||{1})", "MUL": "({0}&&{1})", "XOR": "({0}!={1})", "NEG": "(!{0})"}[op].format(*a)
   if src_dt.is_float:
     fn = "" if src_dt.name == "float64" else "f"
+    if op == "MULACC": return f"__builtin_fma{fn}({a[0]},{a[1]},{a[2]})"  # float32/float64 only: rounded once
     x = [_f(src_dt, v) for v in a]
     if op in ("EXP2", "LOG2", "SIN"):  # from double and rounded: correctly rounded, as the reference defines them
       return _narrow(dt, f"({'double' if fn == '' else 'float'}){op.lower()}((double){x[0]})")
@@ -75,6 +77,8 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool) -> str:
 
 # vectors: gcc/clang vector extensions; lane masks are ints as wide as the compared lanes
 MASK_LANES = {2: "short", 4: "int", 8: "long long"}
+# vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type)
+FMA_X86 = {16: ("__FMA__", "_mm", "__m128"), 32: ("__FMA__", "_mm256", "__m256"), 64: ("__AVX512F__", "_mm512", "__m512")}
 
 def vtype(dt: DType, vec: int) -> str: return f"{dt.name}x{vec}" if vec > 1 else ctype(dt)
 def mtype(size: int, vec: int) -> str: return f"int{8 * size}x{vec}"
@@ -83,17 +87,27 @@ def select(m: str, a: str, b: str, vt: str, mt: str) -> str:
   """Lanes of a where the mask m is set, else of b: C has no ?: on vectors; the casts reinterpret bits."""
   return f"(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"
 
-VECTOR_ONLY = ("MAX", "WHERE")  # the ALU ops whose scalar C does not work on vectors as it is
+VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is
 
 def valu(op: str, a: list[str], vt: str, mt: str) -> str:
   """A VECTOR_ONLY op on float32/float64 vectors (mt: the mask type of their lanes), the scalar semantics per lane."""
   if op == "MAX": return select(f"(({a[0]}>{a[1]})|({a[0]}!={a[0]}))", a[0], a[1], vt, mt)  # NaN in either lane wins
-  return select(a[0], a[1], a[2], vt, mt)
+  if op == "WHERE": return select(a[0], a[1], a[2], vt, mt)
+  return f"mulacc_{vt}({a[0]},{a[1]},{a[2]})"
 
 def vcast(x: str, src: DType, dst: DType, vt: str) -> str:
   """Float<->float lanes convert as C converts a scalar; a mask is a comparison's lanes (-1 or 0)."""
   if dst == bool_: return f"({x}!=0)"
   return f"__builtin_convertvector({x}&1,{vt})" if src == bool_ else f"__builtin_convertvector({x},{vt})"
+
+def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
+  """a*b+c on vectors, rounded once: gcc has no generic vector fma, so the x86 intrinsic where the ISA has one."""
+  body = "  return a * b + c;  /* no FMA: rounded twice, as the reference rounds */\n"
+  if nbytes in FMA_X86:
+    guard, pre, m = FMA_X86[nbytes]
+    s, m = ("ps", m) if dt.name == "float32" else ("pd", m + "d")
+    body = f"#ifdef {guard}\n  return ({vt}){pre}_fmadd_{s}(({m})a, ({m})b, ({m})c);\n#else\n{body}#endif\n"
+  return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
 
 def render_c(prog: Program) -> str:
   names: dict[int, str] = {}
@@ -153,10 +167,13 @@ def render_c(prog: Program) -> str:
   return PRELUDE + vector_decls(prog) + f"void {prog.name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
 
 def vector_decls(prog: Program) -> str:
-  """typedefs of the vector types the program uses, each with its unaligned twin (for memory) and its lane mask."""
+  """typedefs of the vector types the program uses, each with its unaligned twin (for memory) and its lane mask, and
+  the fused multiply-add of each vector type that has MULACCs."""
   vecs = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
+  fmas = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in ("ALU", "ACC") and u.arg == "MULACC"]
   out = [f"typedef {ctype(dt)} {vtype(dt, vec)} __attribute__((vector_size({dt.itemsize * vec})));\n"
          f"typedef {ctype(dt)} {vtype(dt, vec)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
          f"typedef {MASK_LANES[dt.itemsize]} {mtype(dt.itemsize, vec)} "
          f"__attribute__((vector_size({dt.itemsize * vec})));\n" for dt, vec in dict.fromkeys(vecs)]
-  return "".join(out)
+  if fmas: out.append("#if defined(__FMA__) || defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n")
+  return "".join(out + [mulacc_fn(vtype(dt, vec), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)])

@@ -1,6 +1,6 @@
 """Generated C on the CPU against the reference interpreter: the semantic corner cases C leaves
 undefined must come out exactly as the reference defines them, and schedules must not change results."""
-import math
+import math, re, subprocess
 import numpy as np
 import pytest
 from linearizer import reference
@@ -136,6 +136,8 @@ def test_run_kernel_without_opts_runs_the_hand_coded_schedule():
   assert (msg := compare(k, bufs, want, vv)) is None, msg
 
 
+# ---------------------------------------------------------------- multiply-accumulate fusion
+
 def program(k, opts=()):
   return lower(Kernel(k, cpu.options()).apply_opts(list(opts)))
 
@@ -144,6 +146,45 @@ def ops(prog, vec=1) -> list[str]:
   return [u.arg for u in prog.uops if u.op in ("ALU", "ACC") and u.vec >= vec]
 
 
+# (1+e)^2 = 1 + 2e + e^2 rounds to 1 + 2e: e^2 is the product's rounding error, which a fused multiply-add keeps
+FMA_E = [(float32, 2**-12), (F64, 2**-27)]
+SUM_SCHEDULES = {"accumulate": lambda w: [], "tree": lambda w: [Opt("UNROLL", 0, 0)], "vector": lambda w: [Opt("UPCAST", 0, w)],
+                 "vector_chain": lambda w: [Opt("UPCAST", 0, w), Opt("UPCAST", 0, 8), Opt("UNROLL", 0, 0)]}  # 8 accumulators
+
+@pytest.mark.parametrize("dt,e", FMA_E, ids=["float32", "float64"])
+@pytest.mark.parametrize("name", SUM_SCHEDULES)
+def test_a_sum_of_products_rounds_each_product_once(dt, e, name):
+  # each row sums (1+e)(1+e) and -(1+e)(1+e): 0 with every product rounded, +-e^2 with one of them fused into the sum
+  # (in whatever order the schedule adds them); within the reference's range for a SUM summed in another order
+  if "vector" in name and "fma" not in cpu.fingerprint()["isa"]: pytest.skip("vectors fuse where the ISA has an FMA")
+  w = 64 // dt.itemsize if "vector" in name else 1
+  opts = SUM_SCHEDULES[name](w)
+  k = kernel(red("SUM", alu("MUL", ld(1, (128, 2), dt), ld(2, (128, 2), dt)), [1]))
+  assert "MULACC" in ops(program(k, opts), w)
+  x = np.tile([1 + e, -1 - e], 128).astype(dt.np)
+  out = check(k, [x, np.full(256, 1 + e, dt.np)], opts=opts)
+  assert (np.abs(out) == e * e).all(), out[:4]
+
+@pytest.mark.parametrize("dt,e", FMA_E + [(float16, 2**-6), (BF16, 2**-4)], ids=["float32", "float64", "float16", "bfloat16"])
+def test_element_wise_mul_add_is_rounded_as_the_reference_rounds(dt, e):
+  # a*b+c outside a SUM is not fused: a cancellation after it could magnify the difference past the tolerance
+  for opts in ([], [Opt("UPCAST", 0, 8)]):
+    assert "MULACC" not in ops(program(mul_add(64, dt), opts))
+    x = np.full(64, 1 + e, dt.np)
+    assert (check(mul_add(64, dt), [x, x, np.full(64, -(1 + 2 * e), dt.np)], opts=opts) == 0).all()
+
+def test_sum_of_products_goes_straight_into_enough_accumulators_else_through_a_tree():
+  mm = matmul(64, 48, 80)
+  tile = [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8), Opt("UNROLL", 0, 2)]  # 8 vector accumulators
+  assert ops(program(mm, tile), 16) == ["MULACC"] * 16  # each product one FMA into its accumulator
+  check(mm, opts=tile)
+  dot = kernel(red("SUM", alu("MUL", ld(1, (4, 256)), ld(2, (4, 256))), [1]))
+  # one accumulator a row: the unrolled products pair up (a*b + c*d: one MUL, one MULACC), then one ADD into it
+  assert sorted(ops(program(dot, [Opt("UNROLL", 0, 4)]))) == ["ADD", "ADD", "MUL", "MUL", "MULACC", "MULACC"]
+  check(dot, opts=[Opt("UNROLL", 0, 4)])
+
+
+# ---------------------------------------------------------------- vector lanes for more ops
 
 EDGE = [F("nan"), F("inf"), -F("inf"), 0.0, -0.0, 1.0, -1.0, 1.5, 1e-45, -1e-40, 3.4e38, -3.4e38, 65504.0, 65520.0, 2049.0, 1 / 3]
 
@@ -219,3 +260,11 @@ def test_hand_coded_schedules_vectorise_the_new_ops():
     assert max(u.vec for u in lower(kern).uops) == w, opts
     check(k, opts=opts)
 
+
+def test_mulacc_compiles_to_vector_fma_and_the_loop_stays_vectorised():
+  if "avx512f" not in cpu.fingerprint()["isa"]: pytest.skip("checks the AVX-512 code of this host")
+  src, _, _ = compile_kernel(matmul(256, 256, 256), "CPU")
+  asm = subprocess.run([cpu._cc(), *cpu.DEFAULT_FLAGS, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True,
+                       text=True, check=True).stdout
+  assert len(re.findall(r"\tvfmadd\w+ps\t.*%zmm", asm)) >= 16, asm  # the 8x2 FMAs of the register tile, on 16 lanes
+  assert not re.search(r"\tv(fmadd\w+|mul|add)ss\t", asm), asm  # and nothing scalar
