@@ -83,7 +83,7 @@ SPECS = {
   "matmul_1024": Spec("flop", [(1024, 1024)] * 2, (1024, 1024), lambda a, b, o: lambda: np.matmul(a, b, out=o), np.matmul, 1024),
   "sum_rows_4096": Spec("byte", [(4096, 4096)], (4096,), lambda x, o: lambda: np.sum(x, axis=1, out=o), lambda x: x.sum(axis=1), 4096),
   "mul_add_16m": Spec("byte", [(1 << 24,)] * 3, (1 << 24,), np_mul_add,
-                      lambda a, b, c: (a.astype(np.float32) * b.astype(np.float32)) + c.astype(np.float32)),  # rounded twice; ours is one fma
+                      lambda a, b, c: (a.astype(np.float32) * b.astype(np.float32)) + c.astype(np.float32)),  # no fma, as ours
   "conv2d_3x3_pad": Spec("flop", [(1, 64, 56, 56), (64, 64, 3, 3)], (1, 64, 56, 56), np_conv, conv_want, 64 * 9),
 }
 
