@@ -20,6 +20,7 @@ class LinearizerOptions:
   # launch limits: max global and local size per dimension (None: unlimited), shared bytes per workgroup
   global_max: tuple[int, ...] | None = None
   local_max: tuple[int, ...] | None = None
+  local_size_max: int = 1024                   # work-items in one work-group
   shared_max: int = 0
   threads: int = 1
 
