@@ -200,11 +200,13 @@ class Kernel:
     elif opt.op == "UPCASTMID":
       check(o.has_local and self.group_for_reduces > 0, "UPCASTMID upcasts inside a grouped reduce")
       check(self.first_reduce <= axis < self.first_reduce + self.group_for_reduces, "UPCASTMID is for a grouped axis")
+      check(amt < size, "UPCASTMID of a whole grouped axis would leave a size-1 axis among the grouped ones, where it reads as global")
       self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
       self.upcast_in_mid_reduce.append(self.first_reduce + self.group_for_reduces - 1)
     elif opt.op == "PADTO":
       check(axis < self.shape_len - self.upcasted, "PADTO is not for an upcast axis")
+      check(size != 1, "PADTO of a size-1 axis, which may be the rest of a reduce: the output's 1 there would be padded too")
       padded = -(-size // amt) * amt
       check(padded != size, f"axis {axis} of size {size} is already a multiple of {amt}")
       check(padded <= 2 * size, f"padding {size} to {padded} more than doubles the work")
