@@ -2,6 +2,7 @@
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,8 +14,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/tunesvc demo $(DEMO_ARGS)
 
-test: $(STAMP) opencl
+test: $(STAMP) $(CHROMIUM) opencl
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# the dashboard's browser test drives Debian's chromium through Playwright (never a browser Playwright downloads)
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "$(CHROMIUM) is missing and this is not root: the dashboard's browser test will be skipped (apt-get install chromium)"; fi
 
 # GPU-style kernels are tested for real on PoCL, an OpenCL driver for the CPU: installed where missing when we may
 # (root with apt, as on CI); elsewhere the OpenCL tests skip and say why.

@@ -102,14 +102,16 @@ def ensure_tinygrad() -> tuple[Optional[Path], str]:
   return py, ""
 
 class Tinygrad:
-  """The helper child: one JSON request, one JSON reply; its stderr goes to a file, shown when it dies."""
-  def __init__(self, py: Path, dev: str, tmp: Path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "BEAM", "NOOPT", "JIT")}
-    # default heuristics, compiled now: no BEAM, no kernel/compile caches (CACHELEVEL=0), a private cache db anyway
+  """The helper child: one JSON request, one JSON reply; its stderr goes to a file, shown when it dies. `env`: more
+  tinygrad settings (a BEAM search's limits). Its own process group: killing that ends tinygrad's compile workers too."""
+  def __init__(self, py: Path, dev: str, tmp: Path, env: Optional[dict[str, str]] = None):
+    env = {**{k: v for k, v in os.environ.items() if k not in ("DEBUG", "BEAM", "NOOPT", "JIT")}, **(env or {})}
+    # default heuristics, compiled now: no BEAM (a request may ask for one), no kernel/compile caches (CACHELEVEL=0),
+    # a private cache db anyway
     env.update(DEV=dev, BEAM="0", CACHELEVEL="0", IGNORE_BEAM_CACHE="1", CACHEDB=str(tmp / "tinygrad-cache.db"))
     self.errpath = tmp / "tinygrad.stderr"
     self.proc = subprocess.Popen([str(py), str(TG_HELPER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=self.errpath.open("w"), text=True, env=env, cwd=tmp)
+                                 stderr=self.errpath.open("w"), text=True, env=env, cwd=tmp, start_new_session=True)
     self.info = self._read()
 
   def _read(self) -> dict:
@@ -127,6 +129,18 @@ class Tinygrad:
     try: self.ask(cmd="quit")
     except Exception: pass
     self.proc.wait(timeout=30)
+
+def start_tinygrad(dev: str, tmp: Path, env: Optional[dict[str, str]] = None) -> tuple[Optional[Tinygrad], str]:
+  """(the helper child on DEV=dev, "") or (None, why not): tinygrad installed on first use, clang too where needed."""
+  py, why = ensure_tinygrad()
+  if py is None: return None, why
+  if dev == "CPU" and shutil.which("clang") is None and shutil.which("apt-get"):
+    # tinygrad's CPU renderer compiles with clang: install it as this script installs tinygrad, not by hand
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "clang"]): subprocess.run(cmd, capture_output=True)
+  if dev == "CPU" and shutil.which("clang") is None:
+    return None, "its default CPU renderer compiles with clang, which is not on PATH (apt-get install clang)"
+  try: return Tinygrad(py, dev, tmp, env), ""
+  except Exception as e: return None, tg_note(e)
 
 # ---------------------------------------------------------------- measuring
 
@@ -240,13 +254,22 @@ def bench_kernel(name: str, args, tg: Optional[Tinygrad], tmp: Path, rng: np.ran
     finally:
       for p in paths: os.unlink(p)
 
-  order = {n: fns[n] for n in CONTENDERS if n in fns}
-  child = tg.proc.pid if tg is not None else None
-  for attempt in range(1 + args.retries):  # a measurement the rest of the machine disturbed is taken again
-    waited = wait_quiet(QUIET, child, args.quiet_wait) if args.quiet_wait > 0 else 0.0
-    if waited > 1.5: print(f"  waited {waited:.0f} s for the machine to go quiet", file=sys.stderr)
+  res.update(measure_quietly({n: fns[n] for n in CONTENDERS if n in fns}, args, tg.proc.pid if tg is not None else None))
+  return res
+
+def quiet(args, child: Optional[int]) -> None:
+  """Wait (up to --quiet-wait s) for the rest of the machine to go idle, saying so when that took a while."""
+  waited = wait_quiet(QUIET, child, args.quiet_wait) if args.quiet_wait > 0 else 0.0
+  if waited > 1.5: print(f"  waited {waited:.0f} s for the machine to go quiet", file=sys.stderr)
+
+def measure_quietly(fns: dict[str, Callable[[], float]], args, child: Optional[int]) -> dict:
+  """{times, other_load, attempts}: `measure` on a quiet machine, taken again (--retries) while the rest of the machine
+  disturbed it; the least disturbed attempt is kept. `child`: a process of ours whose CPU time is no disturbance."""
+  res: dict = {}
+  for attempt in range(1 + args.retries):
+    quiet(args, child)
     load = Load(child)
-    times = measure(order, args.min_time, args.min_runs, args.max_runs, args.turn, args.blocked)
+    times = measure(fns, args.min_time, args.min_runs, args.max_runs, args.turn, args.blocked)
     if "times" not in res or load.cores() < res["other_load"]: res.update(times=times, other_load=load.cores(), attempts=attempt + 1)
     if res["other_load"] < QUIET: break
     print(f"  the rest of the machine kept {load.cores():.2f} cores busy meanwhile", file=sys.stderr)
@@ -271,11 +294,11 @@ def vs(r: dict, who: str, other: str) -> str:  # how many times faster `who` is 
   if who not in r["times"] or other not in r["times"]: return "n/a"
   return f"{med(r['times'][other]) / med(r['times'][who]):.2f}x"
 
-def machine(tg_info: Optional[dict], tg_dev: str, tg_why: str) -> list[str]:
+def machine(tg_info: Optional[dict], tg_dev: str, tg_why: str, beam: int = 0) -> list[str]:
   fp = cpu.fingerprint()
   blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
   cc = subprocess.run(["clang", "--version"], capture_output=True, text=True).stdout.splitlines()[0] if shutil.which("clang") else "none"
-  tgl = (f"tinygrad {tg_info['version']}, DEV={tg_dev} ({tg_info['renderer']}, clang: {cc}), NUM_CPU_THREADS={tg_info['threads']}, BEAM=0"
+  tgl = (f"tinygrad {tg_info['version']}, DEV={tg_dev} ({tg_info['renderer']}, clang: {cc}), NUM_CPU_THREADS={tg_info['threads']}, BEAM={beam}"
          if tg_info else f"tinygrad: n/a ({tg_why})")
   git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
   dirty = " + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
@@ -321,20 +344,24 @@ def report(results: list[dict], cmd: str, facts: list[str], args) -> str:
     lines.append(f"- {name}: {what}: {x:.2f}x, {'MET' if x >= goal else 'NOT MET'}")
   return "\n".join(lines)
 
-def main() -> int:
-  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  ap.add_argument("--kernels", default=",".join(SPECS), help=f"comma-separated, of: {', '.join(SPECS)}")
+def timing_args(ap: argparse.ArgumentParser) -> None:
+  """The flags of `measure_quietly` and tinygrad's device."""
   ap.add_argument("--min-time", type=float, default=0.5, help="seconds of runs each contender needs (default 0.5)")
   ap.add_argument("--min-runs", type=int, default=5)
   ap.add_argument("--max-runs", type=int, default=200)
-  ap.add_argument("--no-tinygrad", action="store_true", help="skip tinygrad (its column reads n/a)")
   ap.add_argument("--tinygrad-dev", default="CPU", help="tinygrad's DEV (default CPU: its default renderer, which needs clang)")
-  ap.add_argument("--quiet-wait", type=float, default=300, help="before each kernel, wait up to this many seconds for "
+  ap.add_argument("--quiet-wait", type=float, default=300, help="before each timing phase, wait up to this many seconds for "
                   f"the rest of the machine to go idle (under {QUIET} cores busy for a second); 0: don't")
   ap.add_argument("--turn", type=float, default=0.02, help="seconds of timed runs per contender per round (default 0.02)")
   ap.add_argument("--retries", type=int, default=3, help=f"measure a kernel again, up to this many times, while the rest "
                   f"of the machine kept over {QUIET} cores busy meanwhile; the least disturbed attempt is reported")
   ap.add_argument("--blocked", action="store_true", help="run each contender's runs back to back, not interleaved")
+
+def main() -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap.add_argument("--kernels", default=",".join(SPECS), help=f"comma-separated, of: {', '.join(SPECS)}")
+  ap.add_argument("--no-tinygrad", action="store_true", help="skip tinygrad (its column reads n/a)")
+  timing_args(ap)
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--json", type=Path, help="also write every sample and schedule here")
   args = ap.parse_args()
@@ -345,18 +372,11 @@ def main() -> int:
   if hand_coded_optimizations is None: print("linearizer/heuristic.py not found: the hand-coded column reads n/a", file=sys.stderr)
 
   with tempfile.TemporaryDirectory(prefix="bench-cpu-") as td:
-    tmp, tg, tg_info, why = Path(td), None, None, "skipped: --no-tinygrad"
+    tmp, tg, why = Path(td), None, "skipped: --no-tinygrad"
     if not args.no_tinygrad:
-      py, why = ensure_tinygrad()
-      if py is not None and args.tinygrad_dev == "CPU" and shutil.which("clang") is None and shutil.which("apt-get"):
-        # tinygrad's CPU renderer compiles with clang: install it as this script installs tinygrad, not by hand
-        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "clang"]): subprocess.run(cmd, capture_output=True)
-      if py is not None and args.tinygrad_dev == "CPU" and shutil.which("clang") is None:
-        py, why = None, "its default CPU renderer compiles with clang, which is not on PATH (apt-get install clang)"
-      if py is not None:
-        try: tg = Tinygrad(py, args.tinygrad_dev, tmp); tg_info = tg.info
-        except Exception as e: why = tg_note(e)
+      tg, why = start_tinygrad(args.tinygrad_dev, tmp)
       if tg is None: print(f"tinygrad: n/a: {why}", file=sys.stderr)
+    tg_info = tg.info if tg is not None else None
     rng, results = np.random.default_rng(args.seed), []
     try:
       for n in names:

@@ -36,6 +36,7 @@ from linearizer.ast import KernelAST, load, loads
 from linearizer.fuzz import Case, builder_kernel, compare, draw_case, positions
 from linearizer.kernel import Kernel, OptError, allowed_ops
 from linearizer.lower import lower
+from search.pool import die_with_parent
 from tunesvc.cli import read_documents
 
 CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"
@@ -71,6 +72,7 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
 def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int) -> None:
   """Cases in, messages out: ("case", Case) once it is drawn, ("run",) as the program starts, ("done", status, message)."""
   os.environ.pop("LD_PRELOAD", None)  # an ASan runtime is loaded by now; the compilers this process starts must not get it
+  die_with_parent()  # a case may run for minutes: a killed fuzzer must not leave it running
   parsed: dict[str, KernelAST] = {}  # each kernel validated once per worker, not per case
   options = registry.get(device).options()
   while (case := conn.recv()) is not None:

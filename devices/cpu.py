@@ -13,8 +13,9 @@ from linearizer.options import LinearizerOptions
 from linearizer.render_c import render_c as render  # noqa: F401  (the device interface's renderer)
 
 # -fwrapv: signed overflow wraps (the reference semantics), so the optimiser may not assume it away.
-# -ffp-contract=off: no silent a*b+c -> fma; results stay bitwise equal to the reference's op-by-op rounding and
-#   do not depend on how a schedule happens to vectorise. -fno-math-errno: sqrt & co inline and vectorise, same values.
+# -ffp-contract=off: no silent a*b+c -> fma: the only fused ops are the linearizer's explicit MULACCs (a float SUM's
+#   products, within the reference's range for the SUM), so results do not depend on how gcc happens to vectorise.
+#   -fno-math-errno: sqrt & co inline and vectorise, same values.
 # No -ffast-math: it reorders float ops and assumes NaN/inf away. -fno-strict-aliasing: vector loads cast pointers.
 # -fopenmp always: one flag set (so one fingerprint) whether or not a kernel uses threads; gcc's libgomp is here.
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fwrapv", "-ffp-contract=off",

@@ -185,5 +185,6 @@ def options() -> LinearizerOptions:
   wg = _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_MAX_WORK_GROUP_SIZE, ctypes.c_uint64 * 1)[0]
   items = tuple(_info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_MAX_WORK_ITEM_SIZES, ctypes.c_uint64 * 3))
   shared = _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_LOCAL_MEM_SIZE, ctypes.c_uint64 * 1)[0]
+  # float16 lives in float registers (no cl_khr_fp16 assumed): its lanes are not vectorised
   return LinearizerOptions("OPENCL", has_local=True, has_shared=True, supports_float4=True, float_vector_widths=(4,),
-                           local_max=items, local_size_max=wg, shared_max=shared)
+                           vector_dtypes=("float32", "float64"), local_max=items, local_size_max=wg, shared_max=shared)

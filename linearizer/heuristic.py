@@ -3,7 +3,7 @@ broadly and never be wrong (every opt goes through the Kernel's legality checks)
 from __future__ import annotations
 import math
 from linearizer.kernel import Kernel, Opt, OptError
-from linearizer.lower import vectorisable
+from linearizer.lower import vector_widths
 from linearizer.symbolic import Node
 
 def _try(k: Kernel, opt: Opt) -> bool:
@@ -24,7 +24,8 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     return [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and i not in upcasted
             and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in k.sts[1:])]
   upcasted: set[int] = set()
-  widest = max(k.options.float_vector_widths, default=4)
+  widths = vector_widths(k.ast, k.options)
+  widest = max(widths or k.options.float_vector_widths, default=4)
   vec = next((i for i in broadcast_axes() if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
   if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
   if vec is not None and _try(k, Opt("UPCAST", vec, widest)): upcasted.add(vec)
@@ -41,9 +42,9 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
       for amt in ([0] if size <= 16 else []) + ([2] if _upcast_budget(k) >= 64 else [8, 4]):
         if _try(k, Opt("UNROLL", last - k.first_reduce, amt)): break
   # 3. element-wise: upcast the output's unit-stride axis so the compiler vectorises it
-  if k.reduceop is None and vectorisable(k.ast) and _upcast_budget(k) < 8 and k.first_reduce > k.thread_dims:
+  if k.reduceop is None and widths and _upcast_budget(k) < 8 and k.first_reduce > k.thread_dims:
     axis = k.first_reduce - 1
-    for amt in (16, 8, 4):
+    for amt in sorted(widths, reverse=True):
       if _try(k, Opt("UPCAST", axis, amt)): break
   # 4. threads: split the outermost global axis when there is enough work to pay for waking them
   if k.options.has_threads and k.options.threads > 1 and work >= 1 << 22:

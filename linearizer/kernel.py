@@ -206,6 +206,8 @@ class Kernel:
       self.upcast_in_mid_reduce.append(self.first_reduce + self.group_for_reduces - 1)
     elif opt.op == "PADTO":
       check(axis < self.shape_len - self.upcasted, "PADTO is not for an upcast axis")
+      # the size-1 axis a whole-axis UNROLL leaves among the reduce axes would become an output axis inside the reduce loop
+      check(axis < self.first_reduce or self.is_reduce_axis(axis), "PADTO among the reduce axes is for a reduce axis")
       check(size != 1, "PADTO of a size-1 axis, which may be the rest of a reduce: the output's 1 there would be padded too")
       padded = -(-size // amt) * amt
       check(padded != size, f"axis {axis} of size {size} is already a multiple of {amt}")

@@ -9,24 +9,35 @@ subexpressions merge), constants fold by the reference semantics, and index and 
 symbolic expressions, simplified, until the renderer writes them.
 """
 from __future__ import annotations
-import itertools, math
-from dataclasses import dataclass
+import collections, itertools, math
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 import numpy as np
 from linearizer.ast import ConstArg, KernelAST, LazyOp
 from linearizer.dtypes import DType, bool_
 from linearizer.kernel import Kernel
+from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
 from linearizer.shapetracker import affine
 from linearizer.symbolic import Var, lt, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
-#      DEFINE_ACC (arg: initial value) ACC (src: acc, value; arg: SUM|MAX) VALID (arg: a symbolic condition, as a bool)
-#      VBROADCAST (src: a scalar) VBUILD (src: one scalar per lane). `vec` > 1: a value of that many lanes.
+#      DEFINE_ACC (arg: initial value) ACC (src: acc, operands; arg: the ALU op, ADD|MAX|MULACC, folding the operands
+#      into acc, its last operand) VALID (arg: a symbolic condition, as a bool) VBROADCAST (src: a scalar)
+#      VBUILD (src: one scalar per lane). ALU ops are the format's, and MULACC (src: a, b, c): a*b+c rounded once.
+#      `vec` > 1: a value of that many lanes; a bool vector is a comparison's lane mask.
 #      SPECIAL (arg: (Var, "group"|"local", launch dim)) DEFINE_LOCAL (arg: (name, elements)) BARRIER IF (arg: condition) ENDIF
 #      A LOAD's or STORE's buf is an int for a kernel argument, a DEFINE_LOCAL's name for local memory.
-VEC_OPS = ("LOAD", "CONST", "ADD", "SUB", "MUL", "DIV", "NEG", "REDUCE", "STORE")
+# What lanes may carry as vectors: float32/float64 arithmetic, which C vector extensions do lane by lane as the scalar
+# ops do; float16 only loaded, stored, reduced and converted (its arithmetic rounds per op through float32); bool
+# only as masks from comparisons and casts, feeding a WHERE or a cast back to a float.
+VEC_ARITH, VEC_MEMORY = ("float32", "float64"), ("float16", "float32", "float64")
+VEC_ALU = ("ADD", "SUB", "MUL", "DIV", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE")
+VEC_CASTS = {("float16", "float32"), ("float32", "float16"), ("float32", "float64"), ("float64", "float32"),
+             ("float32", "bool"), ("float64", "bool"), ("bool", "float32"), ("bool", "float64")}
+FMA_DTYPES = ("float32", "float64")  # float16/bfloat16 round every op, as the reference does: never fused
+ACC_CHAINS = 8  # accumulators enough to hide an FMA's latency (4 cycles, 2 a cycle): each product goes straight in
 
 
 @dataclass(frozen=True)
@@ -123,7 +134,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       src = tuple(value(s, lane, memo) for s in node.src)
       r = _fold(node, src, uops) if W == 1 and all(uops[s].op == "CONST" for s in src) else None
       r = const(r, node.dtype) if r is not None else \
-        emit(UOp("CAST", node.dtype, src, node.arg.bitcast) if node.op == "CAST" else UOp("ALU", node.dtype, src, node.op, W))
+        emit(UOp("CAST", node.dtype, src, node.arg.bitcast, W) if node.op == "CAST" else UOp("ALU", node.dtype, src, node.op, W))
     memo[key] = r
     return r
 
@@ -132,6 +143,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     for i in axes: emit(UOp("LOOP", None, (), (loop_vars[i], full[i], threads if i == 0 else 0)), dedup=False)
     return axes
 
+  sums: set[int] = set()  # the ALU ops combining a reduce's lanes
   red = k.reduceop
   if gpu:
     for kind, dims in (("group", gdims), ("local", ldims)):
@@ -142,13 +154,19 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   def define_accs(out_lanes) -> dict[tuple, int]:
     return {ol: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity(red.arg.fn, red.dtype), W), dedup=False) for ol in out_lanes}
 
-  def accumulate(accs: dict[tuple, int], parts: dict[tuple, list[int]]) -> dict[tuple, int]:
-    """Each output lane's values into its accumulator, combined as a tree: independent ops, not one serial chain."""
+  def accumulate(accs: dict[tuple, int], parts: dict[tuple, list[int]], chain: bool = False) -> dict[tuple, int]:
+    """Each output lane's values into its accumulator. Products that fuse into enough independent accumulators go
+    straight in (`chain`), one FMA each (a longer serial sum per accumulator than the tree's, well inside the SUM's
+    range); otherwise the values combine as a tree first (independent ops, not one serial chain through the accumulator)."""
     op, dt = "ADD" if red.arg.fn == "SUM" else "MAX", red.dtype.acc
-    def tree(vs: list[int]) -> int:
-      while len(vs) > 1: vs = [emit(UOp("ALU", dt, (a, b), op, W)) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
-      return vs[0]
-    return {ol: emit(UOp("ACC", dt, (accs[ol], tree(vs)), red.arg.fn, W), dedup=False) for ol, vs in parts.items()}
+    def combine(a: int, b: int) -> int:  # never merged with an element-wise op: only these may fuse
+      sums.add(i := emit(UOp("ALU", dt, (a, b), op, W), dedup=False))
+      return i
+    new = dict(accs)
+    for ol, vs in parts.items():
+      while len(vs) > 1 and not chain: vs = [combine(a, b) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
+      for v in vs: new[ol] = emit(UOp("ACC", dt, (new[ol], v), op, W), dedup=False)
+    return new
 
   def group_reduce(accs: dict[tuple, int]) -> dict[tuple, int]:
     """Every work-item's partial accumulators into local memory; after a barrier the work-item whose grouped indices are
@@ -183,14 +201,15 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     for lane in lanes:
       l = dict(zip(upcast_axes, lane))
       v = value(red.src[0], l, memo)
-      if red.dtype.acc != red.dtype: v = emit(UOp("CAST", red.dtype.acc, (v,), False))
+      if red.dtype.acc != red.dtype: v = emit(UOp("CAST", red.dtype.acc, (v,), False, W))
       parts[tuple(l[i] for i in out_up)].append(v)
-    accs = accumulate(accs, parts)
+    chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
+    accs = accumulate(accs, parts, chain)
     for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
     seen.clear()  # values from inside the reduce loop are out of scope now
     if gfr: accs = group_reduce(accs)
     for ol, a in accs.items():
-      reduced[ol] = a if red.dtype.acc == red.dtype else emit(UOp("CAST", red.dtype, (a,), False))
+      reduced[ol] = a if red.dtype.acc == red.dtype else emit(UOp("CAST", red.dtype, (a,), False, W))
   memo = {}
   for lane in itertools.product(*(range(full[i]) for i in out_up)):
     l = dict(zip(out_up, lane))
@@ -202,7 +221,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     emit(UOp("ENDIF", None), dedup=False)
     if outer: emit(UOp("BARRIER", None), dedup=False)  # local memory is written again in the next iteration
   for _ in outer: emit(UOp("ENDLOOP", None), dedup=False)
-  return Program(name, uops, bufs, list(k.ast.vars), tuple(k.applied_opts), tuple(s for _, s in gdims), tuple(s for _, s in ldims))
+  return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), tuple(s for _, s in gdims), tuple(s for _, s in ldims))
 
 
 def _launch(prefix: str, axes, full, dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
@@ -224,16 +243,53 @@ def _launch(prefix: str, axes, full, dims: int = 3) -> tuple[dict[int, sint], li
   return idx, launch, loops
 
 
-def vectorisable(ast: KernelAST) -> bool:
-  """Lanes can be carried as vectors: float32 arithmetic the C vector extensions do exactly, SUMs only."""
-  return all(n.op in VEC_OPS and n.dtype.name == "float32" for n in ast.nodes) and (ast.reduceop is None or ast.reduceop.arg.fn == "SUM")
+def _fuse_mulacc(uops: list[UOp], sums: set[int]) -> list[UOp]:
+  """A float SUM's accumulate (ACC) or lane-combining ADD (in `sums`) of a product MUL(a, b) -> MULACC(a, b, acc):
+  one op and one rounding instead of two. Only there: the fused term misses just its product's rounding, half an ulp
+  of that term, which the reference's range for a SUM summed in another order covers. An element-wise a*b+c stays as
+  the reference rounds it: a cancellation after it can magnify that half ulp past the tolerance (the fuzzer found
+  such kernels: corpus GELU gradients, the elementwise_chain example). A MUL something else uses too stays: fusing it
+  saves no op (it is computed anyway) and its users would see two different products."""
+  uses = collections.Counter(s for u in uops for s in u.src)
+  def product(i: int) -> bool:
+    return uops[i].op == "ALU" and uops[i].arg == "MUL" and uops[i].dtype.name in FMA_DTYPES and uses[i] == 1
+  fused: dict[int, UOp] = {}
+  gone: set[int] = set()  # the products folded into their user
+  for i, u in enumerate(uops):
+    if i in sums and u.arg == "ADD" and (m := next((s for s in u.src if product(s)), None)) is not None:
+      fused[i] = replace(u, src=(*uops[m].src, u.src[u.src[0] == m]), arg="MULACC")
+    elif u.op == "ACC" and u.arg == "ADD" and product(m := u.src[1]):
+      fused[i] = replace(u, src=(u.src[0], *uops[m].src), arg="MULACC")
+    else: continue
+    gone.add(m)
+  out: list[UOp] = []
+  at: dict[int, int] = {}  # old position -> new
+  for i, u in enumerate(uops):
+    if i in gone: continue
+    at[i] = len(out)
+    out.append(replace(u := fused.get(i, u), src=tuple(at[s] for s in u.src)))
+  return out
+
+
+def _vector_node(n: LazyOp) -> bool:
+  if n.op == "CAST": return not n.arg.bitcast and (n.src[0].dtype.name, n.dtype.name) in VEC_CASTS
+  if n.op in ("LOAD", "CONST", "STORE", "REDUCE"): return n.dtype.name in VEC_MEMORY
+  return n.op in VEC_ALU and all(s.dtype.name in VEC_ARITH for s in (n.src[1:] if n.op == "WHERE" else n.src))  # WHERE: a mask, 2 floats
+
+def vector_widths(ast: KernelAST, options: LinearizerOptions) -> tuple[int, ...]:
+  """The lane counts this kernel's lanes can be carried as vectors of: none unless every node can be (on this device:
+  its vector_dtypes), then the device's vector sizes (its float_vector_widths count float32 lanes) in lanes of the
+  kernel's widest dtype."""
+  if not all(_vector_node(n) and (n.dtype == bool_ or n.dtype.name in options.vector_dtypes) for n in ast.nodes): return ()
+  size = max(n.dtype.itemsize for n in ast.nodes if n.dtype != bool_)
+  return tuple(w * 4 // size for w in options.float_vector_widths if w * 4 % size == 0 and w * 4 // size > 1)
 
 def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]:
-  """The output upcast axis to carry as vector lanes: float32 arithmetic only, a width the ISA has,
-  and a STORE contiguous along it with a validity (and every CONST's) that does not depend on it."""
-  if not vectorisable(k.ast): return None
+  """The output upcast axis to carry as vector lanes: a kernel whose every value can be a vector, a width the ISA
+  has, and a STORE contiguous along it with a validity (and every CONST's) that does not depend on it."""
+  widths = vector_widths(k.ast, k.options)
   for axis in reversed(out_up):
-    if k.full_shape[axis] not in k.options.float_vector_widths: continue
+    if k.full_shape[axis] not in widths: continue
     lv = Var("_lane", 0, k.full_shape[axis] - 1)
     def at(st):
       return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, 0) for i in range(k.shape_len)])

@@ -221,7 +221,8 @@ def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict)
   if n.op in ("LOAD", "CONST"):
     key = tuple(block[d] for d in live[n])
     if n in leaves and leaves[n][0] == key: return leaves[n][1]
-  if n.op == "LOAD":
+  if n.op == "LOAD" and (view := _strided(conc(n.arg.st), block, buffers[n.arg.buf])) is not None: out = view
+  elif n.op == "LOAD":
     a: MemArg = n.arg
     pos, valid = _positions(conc(a.st), block)
     buf, pos = buffers[a.buf], np.where(valid, pos, 0)
@@ -240,8 +241,22 @@ def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict)
   return out
 
 
+def _strided(st: ShapeTracker, block, buf: np.ndarray, writeable: bool = False) -> Optional[np.ndarray]:
+  """The block of a single unmasked view with strides >= 0 as a strided view of buf, without index arrays (the
+  common case, and much the cheapest); None where the general path is needed. Stride-0 dims come out size 1."""
+  if len(st.views) > 1 or (v := st.views[0]).mask is not None or any(s < 0 for s in v.strides): return None
+  start = v.offset + sum(lo * s for (lo, _), s in zip(block, v.strides))
+  end = start + sum((hi - lo - 1) * s for (lo, hi), s in zip(block, v.strides))
+  if start < 0 or end >= buf.size: raise RuntimeError("reference: a buffer indexed out of range; validation should have rejected this kernel")
+  return np.lib.stride_tricks.as_strided(buf[start:], [hi - lo if s else 1 for (lo, hi), s in zip(block, v.strides)],
+                                         [s * buf.itemsize for s in v.strides], writeable=writeable)
+
+
 def _store(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict) -> None:
   val = _eval(n.src[0], block, buffers, conc, memo, leaves, live)
+  if (out := _strided(conc(n.arg.st), block, buffers[0], writeable=True)) is not None and out.shape == tuple(hi - lo for lo, hi in block):
+    out[...] = val
+    return
   pos, valid = _positions(conc(n.arg.st), block)
   shape = [hi - lo for lo, hi in block]
   pos, valid, val = (np.broadcast_to(x, shape) for x in (pos, valid, val))

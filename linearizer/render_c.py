@@ -1,7 +1,9 @@
 """C-style source for the linear IR -- C, OpenCL C -- from one renderer and a small table per language, with the
 reference semantics spelled out where C leaves them undefined: integer division by 0 or -1, NaN in MAX, float-to-int
 casts that saturate, signed overflow that wraps, and float16/bfloat16 arithmetic done in float and rounded after
-every op."""
+every op. MULACC is an explicit fused multiply-add (the compiler contracts nothing itself: -ffp-contract=off in C,
+FP_CONTRACT OFF in OpenCL). Vectors are C's gcc/clang vector extensions, selecting lanes through masks where scalar
+code has ?:, and OpenCL's built-in vector types with select()."""
 from __future__ import annotations
 import json, math
 from dataclasses import dataclass, field
@@ -32,13 +34,21 @@ class Lang:
   ids: dict = field(default_factory=dict)            # "group" | "local" -> the index of launch dim {}
   barrier: str = ""
   shared: str = ""                                   # address space of local memory
-  vtypedef: str = ""                                 # declares the vector types of width {n}
-  vtype: str = "float{n}v"
-  vbroadcast: str = "(float{n}v){{}} + {x}"
-  vbuild: str = "(float{n}v){{{xs}}}"
-  vzero: str = "(float{n}v){{}}"
-  vload: str = "*(float{n}u*)({p})"                   # through the unaligned type: only 4-byte alignment is known
-  vstore: str = "*(float{n}u*)({p}) = {x};"
+  fma: str = "__builtin_fma{f}({0},{1},{2})"         # a*b+c rounded once ({f}: the float32 suffix)
+  # vectors ({vt}: the vector type, {mt}: its mask type): the type of {n} lanes of dtype {d} (C type {t}), a mask's
+  # type of {n} lanes of {bits} bits (C type {lane})
+  declare_vectors: bool = True                       # vector and mask types and vector FMAs need declaring
+  vtype: str = "{d}x{n}"
+  mtype: str = "int{bits}x{n}"
+  mask_lanes: dict = field(default_factory=lambda: {2: "short", 4: "int", 8: "long long"})  # lane bytes -> C type
+  vbroadcast: str = "{x}-({vt}){{}}"                 # x - 0 is x, -0 included (-0 + 0 is +0)
+  vbuild: str = "({vt}){{{xs}}}"
+  vzero: str = "({vt}){{}}"
+  vload: str = "*({vt}u*)({p})"                      # through the unaligned type: only its lanes' alignment is known
+  vstore: str = "*({vt}u*)({p}) = {x};"
+  select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
+  convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
+  vfma: str = "mulacc_{vt}({0},{1},{2})"
 
   def ctype(self, dt: DType) -> str: return self.types.get(dt.name, dt.c)
   def storage_type(self, dt: DType) -> str: return self.storage.get(dt.name, self.ctype(dt))
@@ -57,11 +67,11 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
 """,
   types={"float16": "_Float16", "bfloat16": "float", "bool": "bool"}, storage={"bfloat16": "unsigned short"},
   load={"bfloat16": "bf2f({})"}, store={"bfloat16": "f2bf({})"}, narrow={"float16": "((_Float16)({}))", "bfloat16": "bfround({})"},
-  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"},
-  vtypedef="typedef float float{n}v __attribute__((vector_size({b})));\ntypedef float float{n}u __attribute__((vector_size({b}), aligned(4)));\n")
+  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"})
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
 # like bfloat16; vload_half/vstore_half_rte (core) convert exactly. No -fwrapv: signed + - * wrap through unsigned.
+# Vectors are the built-in floatN/doubleN: comparisons give the -1/0 int lanes select() takes; fma() is rounded once.
 OPENCL = Lang(
   prelude="""#pragma OPENCL FP_CONTRACT OFF
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -85,8 +95,9 @@ float hround(float f) { return h2f(f2h(f)); }
   suffix={"int64": "L", "uint64": "UL", "uint32": "U"}, wrap={"int32": "uint", "int64": "ulong"},
   float_fn="", index="long", bitcast="as_{d}({x})", ids={"group": "get_group_id({})", "local": "get_local_id({})"},
   barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
-  vtype="float{n}", vbroadcast="(float{n})({x})", vbuild="(float{n})({xs})", vzero="(float{n})(0.0f)",
-  vload="vload{n}(0, {p})", vstore="vstore{n}({x}, 0, {p});")
+  fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={2: "short", 4: "int", 8: "long"},
+  vbroadcast="({vt})({x})", vbuild="({vt})({xs})", vzero="({vt})(0)", vload="vload{n}(0, {p})", vstore="vstore{n}({x}, 0, {p});",
+  select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})")
 
 
 def literal(val, dt: DType, lang: Lang = C) -> str:
@@ -116,6 +127,7 @@ def alu(op: str, dt: DType, a: list[str], src_dt: DType, lang: Lang = C) -> str:
   if src_dt == bool_: return {"ADD": "({0}||{1})", "MAX": "({0}||{1})", "MUL": "({0}&&{1})", "XOR": "({0}!={1})", "NEG": "(!{0})"}[op].format(*a)
   if src_dt.is_float:
     fn = "" if src_dt.name == "float64" else lang.float_fn
+    if op == "MULACC": return lang.fma.format(*a, f=fn)  # float32/float64 only: rounded once
     x = [_f(src_dt, v) for v in a]
     if op in ("EXP2", "LOG2", "SIN"):  # from double and rounded: correctly rounded, as the reference defines them
       return _narrow(dt, f"({'double' if src_dt.name == 'float64' else 'float'}){op.lower()}((double){x[0]})", lang)
@@ -146,6 +158,47 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
   return _narrow(dst, f"({lang.ctype(dst)}){_f(src, x)}", lang)
 
 
+# vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type)
+FMA_X86 = {16: ("__FMA__", "_mm", "__m128"), 32: ("__FMA__", "_mm256", "__m256"), 64: ("__AVX512F__", "_mm512", "__m512")}
+VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is
+
+def vtype(dt: DType, vec: int, lang: Lang) -> str: return lang.vtype.format(d=dt.name, t=lang.ctype(dt), n=vec) if vec > 1 else lang.ctype(dt)
+def mtype(size: int, vec: int, lang: Lang) -> str: return lang.mtype.format(bits=8 * size, lane=lang.mask_lanes[size], n=vec)
+
+def valu(op: str, a: list[str], vt: str, mt: str, lang: Lang) -> str:
+  """A VECTOR_ONLY op on float32/float64 vectors (mt: the mask type of their lanes), the scalar semantics per lane."""
+  if op == "MAX": return lang.select.format(m=f"(({a[0]}>{a[1]})|({a[0]}!={a[0]}))", a=a[0], b=a[1], vt=vt, mt=mt)  # NaN in either lane wins
+  if op == "WHERE": return lang.select.format(m=a[0], a=a[1], b=a[2], vt=vt, mt=mt)
+  return lang.vfma.format(*a, vt=vt)
+
+def vcast(x: str, src: DType, dst: DType, vt: str, lang: Lang) -> str:
+  """Float<->float lanes convert as C converts a scalar; a mask is a comparison's lanes (-1 or 0)."""
+  if dst == bool_: return f"({x}!=0)"
+  return lang.convert.format(x=f"{x}&1" if src == bool_ else x, vt=vt)
+
+def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
+  """a*b+c on vectors, rounded once: gcc has no generic vector fma, so the x86 intrinsic where the ISA has one."""
+  body = "  return a * b + c;  /* no FMA: rounded twice, as the reference rounds */\n"
+  if nbytes in FMA_X86:
+    guard, pre, m = FMA_X86[nbytes]
+    s, m = ("ps", m) if dt.name == "float32" else ("pd", m + "d")
+    body = f"#ifdef {guard}\n  return ({vt}){pre}_fmadd_{s}(({m})a, ({m})b, ({m})c);\n#else\n{body}#endif\n"
+  return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
+
+def vector_decls(prog: Program, lang: Lang) -> str:
+  """C: typedefs of the vector types the program uses, each with its unaligned twin (for memory) and its lane mask,
+  and the fused multiply-add of each vector type that has MULACCs. OpenCL has them built in."""
+  if not lang.declare_vectors: return ""
+  vecs = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
+  fmas = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in ("ALU", "ACC") and u.arg == "MULACC"]
+  out = [f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n"
+         f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
+         f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} "
+         f"__attribute__((vector_size({dt.itemsize * vec})));\n" for dt, vec in dict.fromkeys(vecs)]
+  if fmas: out.append("#if defined(__FMA__) || defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n")
+  return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)])
+
+
 LAUNCH = "// launch "
 
 def launch_line(prog: Program) -> str:
@@ -162,15 +215,26 @@ def launch_sizes(launch: dict, var_vals: Sequence[int]) -> tuple[list[int], list
 
 def render_source(prog: Program, lang: Lang) -> str:
   names: dict[int, str] = {}
+  types: dict[int, str] = {}  # the C type of every value
   body: list[str] = []
   depth = 1
   def line(s: str) -> None: body.append("  " * depth + s)
+  def define(i: int, e: str) -> None:
+    names[i] = f"v{i}"
+    line(f"{types[i]} v{i} = {e};")
   def buf(b) -> str: return f"data{b}" if isinstance(b, int) else b  # a kernel argument or local memory
   def ptr(b, idx) -> str: return f"{buf(b)}+{render(idx, c=True)}"
   def at(b, idx) -> str: return f"{buf(b)}[{render(idx, c=True)}]"
-  def vtype(dt: DType, vec: int) -> str: return lang.vtype.format(n=vec) if vec > 1 else lang.ctype(dt)
+  def expr(i: int, op: str, a: list[str]) -> str:
+    u = prog.uops[i]
+    if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, u.dtype, a, prog.uops[u.src[-1]].dtype, lang)  # operators work lane-wise
+    mt = mtype(u.dtype.itemsize, u.vec, lang)  # of this value's lanes (MAX, WHERE)
+    if op == "WHERE" and types[u.src[0]] != mt: a = [lang.convert.format(x=a[0], vt=mt), *a[1:]]  # a mask of other lanes
+    return valu(op, a, types[i], mt, lang)
   for i, u in enumerate(prog.uops):
     op, dt, src = u.op, u.dtype, [names.get(s) for s in u.src]
+    if dt is not None:  # a bool vector is a mask of its operands' lanes
+      types[i] = mtype(prog.uops[u.src[0]].dtype.itemsize, u.vec, lang) if dt == bool_ and u.vec > 1 else vtype(dt, u.vec, lang)
     if op in ("DEFINE_GLOBAL", "DEFINE_VAR"): continue
     if op == "CONST": names[i] = literal(u.arg, dt, lang)
     elif op == "SPECIAL":
@@ -178,10 +242,8 @@ def render_source(prog: Program, lang: Lang) -> str:
       line(f"{lang.index} {var.name} = {lang.ids[kind].format(dim)};")
     elif op == "DEFINE_LOCAL": line(f"{lang.shared}{lang.ctype(dt)} {u.arg[0]}[{u.arg[1]}];")
     elif op == "BARRIER": line(lang.barrier)
-    elif op in ("VBROADCAST", "VBUILD"):
-      names[i] = f"v{i}"
-      e = lang.vbroadcast.format(n=u.vec, x=src[0]) if op == "VBROADCAST" else lang.vbuild.format(n=u.vec, xs=", ".join(src))
-      line(f"{vtype(dt, u.vec)} v{i} = {e};")
+    elif op == "VBROADCAST": define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
+    elif op == "VBUILD": define(i, lang.vbuild.format(xs=", ".join(src), vt=types[i]))
     elif op == "VALID": names[i] = render(u.arg, c=True)
     elif op == "LOOP":
       var, end, threads = u.arg
@@ -196,33 +258,30 @@ def render_source(prog: Program, lang: Lang) -> str:
       line("}")
     elif op == "DEFINE_ACC":
       names[i] = f"acc{i}"
-      line(f"{vtype(dt, u.vec)} acc{i} = {literal(u.arg, dt, lang) if u.vec == 1 else lang.vzero.format(n=u.vec)};")
+      acc = literal(u.arg, dt, lang)
+      line(f"{types[i]} acc{i} = {acc if u.vec == 1 else lang.vbroadcast.format(x=acc, vt=types[i])};")
     elif op == "ACC":
-      acc, v = src
-      names[i] = acc
-      line(f"{acc} = {alu('ADD' if u.arg == 'SUM' else 'MAX', dt, [acc, v], dt, lang)};")
+      names[i] = src[0]
+      line(f"{src[0]} = {expr(i, u.arg, [*src[1:], src[0]])};")
     elif op == "STORE":
       b, idx, valid = u.arg
       val = src[0]
       if isinstance(b, int) and (bdt := prog.buffers[b][1]).name in lang.store: val = lang.store[bdt.name].format(val)
-      store = f"{at(b, idx)} = {val};" if u.vec == 1 else lang.vstore.format(n=u.vec, x=val, p=ptr(b, idx))
+      store = f"{at(b, idx)} = {val};" if u.vec == 1 else lang.vstore.format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
       line(store if valid == 1 else f"if ({render(valid, c=True)}) {store}")
-    else:
-      names[i] = f"v{i}"
-      if op == "LOAD":
-        b, idx, valid = u.arg
-        x = at(b, idx) if u.vec == 1 else lang.vload.format(n=u.vec, p=ptr(b, idx))
-        if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
-        e = x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(n=u.vec)})"
-      elif op == "CAST": e = cast(src[0], prog.uops[u.src[0]].dtype, dt, u.arg, lang)
-      else: e = alu(u.arg, dt, src, prog.uops[u.src[-1]].dtype, lang)
-      line(f"{vtype(dt, u.vec)} v{i} = {e};")
-  widths = sorted({u.vec for u in prog.uops if u.vec > 1})
-  types = "".join(lang.vtypedef.format(n=w, b=4 * w) for w in widths)
+    elif op == "LOAD":
+      b, idx, valid = u.arg
+      x = at(b, idx) if u.vec == 1 else lang.vload.format(n=u.vec, p=ptr(b, idx), vt=types[i])
+      if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
+      define(i, x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
+    elif op == "CAST":
+      sdt = prog.uops[u.src[0]].dtype
+      define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))
+    else: define(i, expr(i, u.arg, src))
   args = [f"{lang.buffer}{lang.storage_type(dt)}* restrict data{b}" for b, dt in prog.buffers] + [f"int {v.name}" for v in prog.vars]
   attrs = f"__attribute__((reqd_work_group_size({', '.join(map(str, (list(prog.local) + [1, 1, 1])[:3]))}))) " if lang.ids else ""
   head = launch_line(prog) if lang.ids else ""
-  return head + lang.prelude + types + f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+  return head + lang.prelude + vector_decls(prog, lang) + f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
 
 def render_c(prog: Program) -> str: return render_source(prog, C)
 def render_opencl(prog: Program) -> str: return render_source(prog, OPENCL)

@@ -36,7 +36,7 @@ def server(tmp_path):
   from tunesvc.api import create_app
   from tunesvc.config import Settings
   app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/client.db", tokens=TOKENS))
-  sock = socket.socket()
+  sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY (see tunesvc/serve.py)
   sock.bind(("127.0.0.1", 0))
   srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
   t = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -1,6 +1,6 @@
 """The HTTP API in-process (TestClient over a SQLite store): every endpoint's success and bad input, tokens, limits, and a
 schemathesis run over the OpenAPI schema that must find no 5xx."""
-import json, os, socket, subprocess, sys, time
+import inspect, json, os, socket, subprocess, sys, time
 import httpx
 import pytest
 import schemathesis
@@ -49,7 +49,8 @@ def test_submit_answers_a_job_per_kernel_and_identical_requests_share_it(api):
   ks = examples()
   jobs = submit(api, ks, device="CPU", search={"beam": 2, "budget_s": 60})
   assert [j["kernel_key"] for j in jobs] == [k.key for k in ks] and {j["state"] for j in jobs} == {"queued"}
-  assert jobs[0]["settings"] == {"beam": 2, "budget_s": 60.0, "seed": 0} and jobs[0]["result"] is None
+  assert jobs[0]["settings"] == {"beam": 2, "budget_s": 60.0, "budget_candidates": None, "min_improvement": 0.01, "min_time_s": 0.05,
+                                 "final_rounds": 7, "seed": 0} and jobs[0]["result"] is None  # the defaults, spelled out
   assert [j["job_id"] for j in submit(api, ks, search={"budget_s": 60.0})] == [j["job_id"] for j in jobs]  # defaults fill in
   assert submit(api, ks[:1], search={"beam": 4})[0]["job_id"] not in {j["job_id"] for j in jobs}
   got = api.get(f"/v1/jobs/{jobs[0]['job_id']}", headers=SUB).json()
@@ -260,7 +261,7 @@ def test_health_metrics_and_the_openapi_schema(api, tmp_path):
   paths = api.get("/openapi.json").json()["paths"]
   assert {"/v1/kernels", "/v1/jobs/{job_id}", "/v1/kernels/{key}", "/v1/opts/{kernel_key}", "/v1/opts/lookup", "/v1/workers",
           "/v1/workers/{worker_id}/claim", "/v1/workers/{worker_id}/heartbeat", "/v1/workers/{worker_id}/report",
-          "/v1/workers/{worker_id}/release", "/healthz", "/metrics"} <= set(paths)
+          "/v1/workers/{worker_id}/release", "/v1/jobs", "/healthz", "/metrics"} <= set(paths) and "get" in paths["/v1/workers"]
   api.app.state.store.engine.dispose()
   (tmp_path / "api.db").rename(tmp_path / "gone.db")
   (tmp_path / "api.db").mkdir()  # the database can no longer be opened
@@ -279,7 +280,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
     report(api, wid, job)
   schema = schemathesis.openapi.from_asgi("/openapi.json", app)
   ops = [r.ok() for r in schema.get_all_operations()]
-  assert len(ops) == 13
+  assert len(ops) == 15
   for op in ops:
     @given(case=op.as_strategy())
     @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -304,3 +305,25 @@ def test_tunesvc_serve_runs_the_app_with_uvicorn(tmp_path):
   finally:
     p.terminate()
     p.wait(10)
+
+
+def test_the_lookup_path_never_waits_for_the_threadpool():
+  """FastAPI runs a sync endpoint or dependency in a worker thread; the hops there and back cost more than the lookup."""
+  from tunesvc.api import opts
+  def calls(d): return [d.call, *(c for sub in d.dependencies for c in calls(sub))]
+  def is_async(c): return inspect.iscoroutinefunction(c) or inspect.iscoroutinefunction(type(c).__call__)
+  found = {getattr(c, "__name__", type(c).__name__): is_async(c) for r in opts.router.routes for c in calls(r.dependant)}
+  assert found == {"opts": True, "lookup": True, "lookup_role": True, "HTTPBearer": True}
+
+
+def test_served_responses_are_not_held_back_by_nagle(tmp_path):
+  """uvicorn writes a response's headers and its body separately: without TCP_NODELAY on the connection the body waited
+  for the client's delayed ACK, 40 ms a response."""
+  from tunesvc.serve import Service
+  svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/s.db"), port=0, workers=0).start()
+  try:
+    with httpx.Client(base_url=svc.url) as c:
+      assert c.get("/healthz").status_code == 200
+      conn, = svc.server.server_state.connections
+      assert conn.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+  finally: svc.stop()

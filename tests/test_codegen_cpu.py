@@ -1,18 +1,21 @@
 """Generated C on the CPU (and OpenCL C) against the reference interpreter: the semantic corner cases C leaves
 undefined must come out exactly as the reference defines them, and schedules must not change results."""
-import math
+import math, re, subprocess
 import numpy as np
 import pytest
 from linearizer import reference
-from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, red, reduce, st, symbolic_sum
+from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, mul_add, red, reduce, st, symbolic_sum
 from linearizer.fuzz import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8
-from linearizer.kernel import Opt
-from devices import opencl
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel, Opt
+from linearizer.lower import lower, vector_widths
+from devices import cpu, opencl, registry
 from tunesvc.runtime import compile_kernel, run_kernel
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 F = float
+F64, BF16 = DTYPES["float64"], DTYPES["bfloat16"]
 
 
 def check(k, inputs=None, opts=(), var_vals=None, seed=0, device="CPU"):
@@ -120,9 +123,6 @@ def test_symbolic_kernel_takes_its_variable_as_an_argument():
 
 
 def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus):
-  from devices import cpu
-  from linearizer.heuristic import hand_coded_optimizations
-  from linearizer.kernel import Kernel
   import random
   small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 2_000_000]
   kernels = [matmul(64, 48, 80), conv2d(1, 8, 12, 12, 8, 3, 3, padding=1), reduce("SUM", (64, 256), (1,)),
@@ -136,9 +136,6 @@ def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus)
 
 
 def test_run_kernel_without_opts_runs_the_hand_coded_schedule():
-  from devices import cpu
-  from linearizer.heuristic import hand_coded_optimizations
-  from linearizer.kernel import Kernel
   k = matmul(64, 48, 80)
   _, _, opts = compile_kernel(k, "CPU")
   assert opts == hand_coded_optimizations(Kernel(k, cpu.options())) and opts
@@ -148,3 +145,152 @@ def test_run_kernel_without_opts_runs_the_hand_coded_schedule():
   reference.run(k, want, vv)
   run_kernel(k, bufs)
   assert (msg := compare(k, bufs, want, vv)) is None, msg
+
+
+# ---------------------------------------------------------------- multiply-accumulate fusion
+
+def program(k, opts=(), device="CPU"):
+  return lower(Kernel(k, registry.get(device).options()).apply_opts(list(opts)))
+
+def ops(prog, vec=1) -> list[str]:
+  """ALU and ACC ops of the program whose values have at least `vec` lanes."""
+  return [u.arg for u in prog.uops if u.op in ("ALU", "ACC") and u.vec >= vec]
+
+def widest(k, device="CPU") -> int: return max(vector_widths(k, registry.get(device).options()))  # the most lanes the device's vectors hold for k
+
+
+# (1+e)^2 = 1 + 2e + e^2 rounds to 1 + 2e: e^2 is the product's rounding error, which a fused multiply-add keeps
+FMA_E = [(float32, 2**-12), (F64, 2**-27)]
+SUM_SCHEDULES = {"accumulate": lambda w: [], "tree": lambda w: [Opt("UNROLL", 0, 0)], "vector": lambda w: [Opt("UPCAST", 0, w)],
+                 "vector_chain": lambda w: [Opt("UPCAST", 0, w), Opt("UPCAST", 0, 8), Opt("UNROLL", 0, 0)]}  # 8 accumulators
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt,e", FMA_E, ids=["float32", "float64"])
+@pytest.mark.parametrize("name", SUM_SCHEDULES)
+def test_a_sum_of_products_rounds_each_product_once(dt, e, name, device):
+  # each row sums (1+e)(1+e) and -(1+e)(1+e): 0 with every product rounded, +-e^2 with one of them fused into the sum
+  # (in whatever order the schedule adds them); within the reference's range for a SUM summed in another order
+  if "vector" in name and device == "CPU" and "fma" not in cpu.fingerprint()["isa"]: pytest.skip("C vectors fuse where the ISA has an FMA")
+  k = kernel(red("SUM", alu("MUL", ld(1, (128, 2), dt), ld(2, (128, 2), dt)), [1]))
+  w = widest(k, device) if "vector" in name else 1
+  opts = SUM_SCHEDULES[name](w)
+  assert "MULACC" in ops(program(k, opts, device), w)
+  x = np.tile([1 + e, -1 - e], 128).astype(dt.np)
+  out = check(k, [x, np.full(256, 1 + e, dt.np)], opts=opts, device=device)
+  assert (np.abs(out) == e * e).all(), out[:4]
+
+@pytest.mark.parametrize("dt,e", FMA_E + [(float16, 2**-6), (BF16, 2**-4)], ids=["float32", "float64", "float16", "bfloat16"])
+def test_element_wise_mul_add_is_rounded_as_the_reference_rounds(dt, e):
+  # a*b+c outside a SUM is not fused: a cancellation after it could magnify the difference past the tolerance
+  for opts in ([], [Opt("UPCAST", 0, 8)]):
+    assert "MULACC" not in ops(program(mul_add(64, dt), opts))
+    x = np.full(64, 1 + e, dt.np)
+    assert (check(mul_add(64, dt), [x, x, np.full(64, -(1 + 2 * e), dt.np)], opts=opts) == 0).all()
+
+def test_sum_of_products_goes_straight_into_enough_accumulators_else_through_a_tree():
+  mm = matmul(64, 48, 80)
+  tile = [Opt("UPCAST", 1, widest(mm)), Opt("UPCAST", 0, 8), Opt("UNROLL", 0, 2)]  # 8 vector accumulators
+  assert ops(program(mm, tile), widest(mm)) == ["MULACC"] * 16  # each product one FMA into its accumulator
+  check(mm, opts=tile)
+  dot = kernel(red("SUM", alu("MUL", ld(1, (4, 256)), ld(2, (4, 256))), [1]))
+  # one accumulator a row: the unrolled products pair up (a*b + c*d: one MUL, one MULACC), then one ADD into it
+  assert sorted(ops(program(dot, [Opt("UNROLL", 0, 4)]))) == ["ADD", "ADD", "MUL", "MUL", "MULACC", "MULACC"]
+  check(dot, opts=[Opt("UNROLL", 0, 4)])
+
+
+# ---------------------------------------------------------------- vector lanes for more ops
+
+EDGE = [F("nan"), F("inf"), -F("inf"), 0.0, -0.0, 1.0, -1.0, 1.5, 1e-45, -1e-40, 3.4e38, -3.4e38, 65504.0, 65520.0, 2049.0, 1 / 3]
+
+def pairs(dt) -> list[np.ndarray]:
+  """Every edge value against every other (256 elements)."""
+  return [np.repeat(EDGE, len(EDGE)).astype(dt.np), np.tile(EDGE, len(EDGE)).astype(dt.np)]
+
+def vcheck(k, inputs, *vector_ops: str, device="CPU"):
+  """The output's last axis carried as vectors as wide as the device has, these ALU ops among the vector ones;
+  compiled vs reference."""
+  w = widest(k, device)
+  opts = [Opt("UPCAST", Kernel(k, registry.get(device).options()).first_reduce - 1, w)]
+  prog = program(k, opts, device)
+  assert any(u.vec == w for u in prog.uops) and set(vector_ops) <= set(ops(prog, w)), (ops(prog, w), vector_ops)
+  return check(k, inputs, opts=opts, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [float32, F64], ids=["float32", "float64"])
+def test_vector_max_comparisons_and_where_keep_the_reference_semantics(dt, device):
+  a, b = ld(1, (256,), dt), ld(2, (256,), dt)
+  x = pairs(dt)
+  vcheck(kernel(alu("MAX", a, b)), x, "MAX", device=device)  # NaN in either operand wins
+  vcheck(kernel(alu("WHERE", alu("CMPLT", a, b), a, b)), x, "CMPLT", "WHERE", device=device)  # NaN compares false
+  vcheck(kernel(cast(alu("CMPEQ", a, b), dt)), x, "CMPEQ", device=device)
+  vcheck(kernel(alu("WHERE", alu("CMPEQ", a, a), const(2.5, (256,), dt), a)), x, "CMPEQ", "WHERE", device=device)
+  vcheck(kernel(cast(cast(a, bool_), dt)), x, device=device)  # NaN is true, -0 false
+  vcheck(kernel(alu("SUB", alu("MUL", a, b), alu("DIV", a, alu("NEG", b)))), x, "MUL", "DIV", "NEG", "SUB", device=device)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vector_where_with_a_mask_of_other_lanes(device):
+  # a float64 comparison selecting float32 lanes and the reverse: the mask converts between lane widths
+  a, b = ld(1, (256,)), ld(2, (256,))
+  vcheck(kernel(alu("WHERE", alu("CMPLT", cast(a, F64), cast(b, F64)), a, b)), pairs(float32), "CMPLT", "WHERE", device=device)
+  a, b = ld(1, (256,), F64), ld(2, (256,), F64)
+  x = pairs(F64)
+  x[0][::5] = 1e300  # beyond float32: compares as inf
+  vcheck(kernel(alu("WHERE", alu("CMPLT", cast(a, float32), cast(b, float32)), a, b)), x, "CMPLT", "WHERE", device=device)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vector_float_casts_round_as_c(device):
+  rng = np.random.default_rng(1)
+  f32 = np.concatenate([pairs(float32)[0][::16], rng.standard_normal(240).astype(np.float32) * 3e4])
+  f32[-16:] = np.float32(1) + np.float32(2**-11) * np.arange(16)  # ties to even into float16
+  halves = np.arange(0, 1 << 16, 256, dtype=np.uint16).view(np.float16)  # every exponent, NaNs, infs, subnormals, both signs
+  to16, from16 = kernel(cast(ld(1, (256,)), float16)), kernel(cast(ld(1, (256,), float16), float32))
+  if device == "CPU":
+    vcheck(to16, [f32])
+    vcheck(from16, [halves])
+  else:  # OpenCL computes float16 in float registers, lane by lane
+    assert not vector_widths(to16, opencl.options()) and not vector_widths(from16, opencl.options())
+  vcheck(kernel(cast(ld(1, (256,)), F64)), [f32], device=device)
+  f64 = np.concatenate([[1e300, -1e300, 1e-300, 2.0**24 + 1, 1 / 3, F("nan"), -0.0, 2.0**-149 * 0.75], rng.standard_normal(248)])
+  vcheck(kernel(cast(ld(1, (256,), F64), float32)), [f64], device=device)
+
+def test_int_float_casts_stay_scalar():
+  for k in (kernel(cast(ld(1, (64,), int32), float32)), kernel(cast(ld(1, (64,)), int32))):
+    assert not any(u.vec > 1 for u in program(k, [Opt("UPCAST", 0, 16)]).uops)
+  check(kernel(cast(ld(1, (64,)), int32)), [np.array(EDGE * 4, np.float32)], [Opt("UPCAST", 0, 16)])
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [float32, F64, float16], ids=["float32", "float64", "float16"])
+def test_vector_reductions(dt, device):
+  # over axis 0 of (rows, 64): the output's 64 columns are the vector lanes
+  if device == "OPENCL" and dt == float16: pytest.skip("OpenCL does not vectorise float16")
+  x = np.random.default_rng(2).standard_normal((37, 64)).astype(dt.np)
+  x[5, 3], x[30, 17], x[:, 40] = F("nan"), F("inf"), -F("inf")
+  vcheck(kernel(red("MAX", ld(1, (37, 64), dt), [0])), [x.reshape(-1)], "MAX", device=device)
+  vcheck(kernel(red("SUM", ld(1, (37, 64), dt), [0])), [x.reshape(-1)], "ADD", device=device)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vector_broadcasts_keep_negative_zero(device):
+  # a lane broadcast that added to 0 would turn -0 into +0, and x / -0 into +inf
+  x = np.arange(1, 65, dtype=np.float32)
+  out = vcheck(kernel(alu("DIV", ld(1, (64,)), const(-0.0, (64,)))), [x], "DIV", device=device)
+  assert (out == -F("inf")).all()
+  out = vcheck(kernel(alu("DIV", ld(1, (64,)), ld(2, st((1,)).expand((64,))))), [x, np.array([-0.0], np.float32)], "DIV", device=device)
+  assert (out == -F("inf")).all()
+
+def test_hand_coded_schedules_vectorise_the_new_ops():
+  relu = kernel(alu("MAX", ld(1, (64, 256)), const(0.0, (64, 256))))
+  for k in (relu, mul_add(4096, F64), kernel(cast(ld(1, (64, 256), float16), float32)), matmul(64, 48, 80, dtype=F64)):
+    kern = Kernel(k, cpu.options())
+    opts = hand_coded_optimizations(kern)
+    assert max(u.vec for u in lower(kern).uops) == widest(k), opts
+    check(k, opts=opts)
+
+
+def test_mulacc_compiles_to_vector_fma_and_the_loop_stays_vectorised():
+  if "avx512f" not in cpu.fingerprint()["isa"]: pytest.skip("checks the AVX-512 code of this host")
+  src, _, _ = compile_kernel(matmul(256, 256, 256), "CPU")
+  asm = subprocess.run([cpu._cc(), *cpu.DEFAULT_FLAGS, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True,
+                       text=True, check=True).stdout
+  assert len(re.findall(r"\tvfmadd\w+ps\t.*%zmm", asm)) >= 16, asm  # the 8x2 FMAs of the register tile, on 16 lanes
+  assert not re.search(r"\tv(fmadd\w+|mul|add)ss\t", asm), asm  # and nothing scalar

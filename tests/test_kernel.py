@@ -146,6 +146,16 @@ def test_a_split_that_would_stack_a_view_over_symbolic_dims_is_illegal():
   same_result(k, {"n": 33})
 
 
+def test_padto_among_the_reduce_axes_is_for_a_reduce_axis():
+  """Found by the fuzzer: a whole-axis UNROLL of an inner reduce axis leaves a size-1 axis after the outer one; padded,
+  it was an output axis inside the reduce loop, and the STORE used that loop's variable outside it (C did not compile)."""
+  k = Kernel(conv2d(1, 2, 6, 6, 2, 3, 3, padding=1), CPU).apply_opts([Opt("UNROLL", 2, 0)])
+  assert k.full_shape[k.first_reduce:] == (2, 3, 1, 3) and not k.is_reduce_axis(5)
+  with pytest.raises(OptError, match="reduce axis"): k.apply_opt(Opt("PADTO", 5, 2))
+  k.apply_opt(Opt("PADTO", 4, 2))  # the reduce axis itself still pads
+  same_result(k)
+
+
 def test_copy_is_cheap_and_independent():
   k = Kernel(conv2d(1, 8, 16, 16, 8, 3, 3, padding=1), CPU)
   c = k.copy()

@@ -13,7 +13,8 @@ FAST = dict(min_time_s=0.005, final_rounds=3)
 
 
 def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candidates_and_the_search_goes_on():
-  r = tune(matmul(64, 64, 64), settings=SearchSettings(beam=2, budget_s=60, **FAST), module="fault_backend")
+  # no early stop: the planted wrong answer must be timed in full, whatever its speed, to reach its check
+  r = tune(matmul(64, 64, 64), settings=SearchSettings(beam=2, budget_s=60, early_stop=1e6, **FAST), module="fault_backend")
   first = {Opt.from_json(c.opts[0]): c for c in r.candidates if c.opts}
   got = {fault: first[opt] for opt, fault in fault_backend.FAULTS.items()}
   assert got["segfault"].status == "crash" and "SIGSEGV" in got["segfault"].error

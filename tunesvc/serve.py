@@ -17,7 +17,9 @@ class Service:
     # local workers get a token of their own where tokens are in force
     self.worker_token = secrets.token_urlsafe(24) if settings.tokens else None
     if self.worker_token: settings = dataclasses.replace(settings, tokens={**settings.tokens, self.worker_token: "worker"})
-    self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets that name it, and without it uvicorn's body, written
+    # after the headers, waits for the client's delayed ACK (Nagle): 40 ms a response
+    self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try: self.sock.bind((host, port))
     except OSError as e: raise SystemExit(f"ERROR cannot listen on {host}:{port}: {e.strerror} (choose another --port)") from None

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from starlette.exceptions import HTTPException
-from tunesvc.api import kernels, opts, workers
+from tunesvc.api import dashboard, kernels, opts, status, workers
 from tunesvc.api.metrics import Metrics, MetricsMiddleware
 from tunesvc.config import Settings
 from tunesvc.store import Store, queue
@@ -52,7 +52,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   app = FastAPI(title="tunesvc", version="1", description="Kernel autotuning as a service.", lifespan=lifespan,
                 max_body_size=settings.max_body_bytes)
   app.state.settings, app.state.store, app.state.metrics = settings, st, Metrics(st)
-  for r in (kernels.router, opts.router, workers.router): app.include_router(r)
+  for r in (kernels.router, opts.router, workers.router, status.router, dashboard.router): app.include_router(r)
+  app.mount("/static", dashboard.static)
   app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
   app.add_exception_handler(RequestValidationError, invalid_request)
   app.add_exception_handler(HTTPException, lambda _, e: error(e.status_code, e.detail, e.headers))

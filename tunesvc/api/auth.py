@@ -15,12 +15,13 @@ def check(request: Request, cred: Optional[HTTPAuthorizationCredentials], roles:
   if (role := tokens.get(cred.credentials)) is None: raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
   if role != "admin" and role not in roles: raise HTTPException(403, f"a {role} token may not do this: it needs {' or '.join(roles)}")
 
+# the dependencies are async: a dict lookup is far cheaper than the threadpool hop FastAPI gives a sync one
 def role(*roles: str):
   """A dependency that lets through a token of one of `roles`, or admin."""
-  def dep(request: Request, cred: Optional[HTTPAuthorizationCredentials] = Depends(bearer)): check(request, cred, roles)
+  async def dep(request: Request, cred: Optional[HTTPAuthorizationCredentials] = Depends(bearer)): check(request, cred, roles)
   return Depends(dep)
 
-def lookup_role(request: Request, cred: Optional[HTTPAuthorizationCredentials] = Depends(bearer)) -> None:
+async def lookup_role(request: Request, cred: Optional[HTTPAuthorizationCredentials] = Depends(bearer)) -> None:
   """Lookups are open unless the settings close them; then any token will do."""
   if not request.app.state.settings.open_lookups: check(request, cred, ("submit", "worker"))
 

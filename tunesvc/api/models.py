@@ -86,11 +86,11 @@ class JobOut(BaseModel):
   finished: Optional[float]
   result: Optional[ResultSummary]
 
-  @staticmethod
-  def of(j: Job, r: Optional[Result]) -> JobOut:
-    return JobOut(job_id=j.id, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error, attempts=j.attempts,
-                  max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created, started=j.started,
-                  finished=j.finished, result=None if r is None else ResultSummary.of(r))
+  @classmethod
+  def of(cls, j: Job, r: Optional[Result], **extra) -> JobOut:
+    return cls(job_id=j.id, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error, attempts=j.attempts,
+               max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created, started=j.started,
+               finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
 
 class SubmitResponse(BaseModel): jobs: list[JobOut]
 
@@ -125,10 +125,41 @@ class ResultOut(ResultSummary):
   search_s: float
   created: float
   measurements: list[MeasurementOut] = Field(description="every candidate the search measured, failures too")
+  best_source: str = Field(description="the winner's rendered source")
+
+  @classmethod
+  def of(cls, r: Result, **extra) -> ResultOut: return super().of(r, best_source=r.result["best_source"], **extra)
 
 class KernelDetail(KernelSummary):
   document: dict[str, Any]
   results: list[ResultOut]
+
+
+class JobRow(JobOut):
+  kernel_name: Optional[str]
+  worker_id: Optional[int] = Field(description="the worker holding the lease while the job runs")
+  lease_expires: Optional[float]
+
+class JobPage(BaseModel):
+  jobs: list[JobRow]
+  next_offset: Optional[int] = Field(description="the offset of the next page; null on the last")
+  counts: dict[str, int] = Field(description="every job by state")
+
+class WorkerRow(BaseModel):
+  worker_id: int
+  name: str
+  device: str
+  fingerprint: str
+  last_heartbeat: float = Field(description="Unix seconds of its last claim, heartbeat or report")
+  state: str = Field(description="idle or busy, as of its last call")
+  job_id: Optional[int] = Field(description="the running job it holds a lease on")
+  kernel_key: Optional[str]
+  kernel_name: Optional[str]
+
+class WorkerPage(BaseModel):
+  workers: list[WorkerRow]
+  next_offset: Optional[int] = Field(description="the offset of the next page; null on the last")
+  now: float = Field(description="the server's clock, to age heartbeats by")
 
 
 class OptsOut(BaseModel):

@@ -1,10 +1,11 @@
-"""Questions the store answers: a job, kernels (filtered, a page at a time), a kernel with its history, tuned opts."""
+"""Questions the store answers: a job, kernels (filtered, a page at a time), a kernel with its history, tuned opts, and for
+the dashboard the workers and the job queue."""
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
-from sqlalchemy import Row, exists, func, select
+from sqlalchemy import Row, bindparam, exists, func, select
 from tunesvc.store import Store
-from tunesvc.store.models import Best, Job, Kernel, Measurement, Result
+from tunesvc.store.models import Best, Job, Kernel, Measurement, Result, Worker
 
 
 def job(st: Store, job_id: int) -> tuple[Job, Optional[Result]] | None:
@@ -50,16 +51,40 @@ def kernel(st: Store, key: str) -> KernelHistory | None:
   return KernelHistory(k, jobs_of(st, [key])[key], ms)
 
 
-# the runtime's hot path: one indexed query (best's primary key, then results' primary key), plain rows
-LOOKUP = select(Best.kernel_key, Best.action_space_version, Best.best_s, Result.best_opts, Result.baseline_s).join(Result, Result.id == Best.result_id)
+# the runtime's hot path: one indexed query (best's primary key, then results' primary key), plain rows. Built once with
+# bind parameters: SQLAlchemy then reuses its cache key and compiled SQL, where a statement built per call cost more
+# than the query itself
+_LOOKUP = select(Best.kernel_key, Best.action_space_version, Best.best_s, Result.best_opts, Result.baseline_s) \
+  .join(Result, Result.id == Best.result_id) \
+  .where(Best.kernel_key.in_(bindparam("keys", expanding=True)), Best.fingerprint_hash == bindparam("fingerprint_hash"))
+LOOKUP_NEWEST = _LOOKUP.order_by(Best.action_space_version)
+LOOKUP_VERSION = _LOOKUP.where(Best.action_space_version == bindparam("version"))
 
 def lookup(st: Store, keys: Sequence[str], fingerprint_hash: str, action_space_version: Optional[int] = None) -> dict[str, Row]:
   """kernel key -> its best (opts, times) on this fingerprint, at that action-space version or else the newest one."""
-  q = LOOKUP.where(Best.kernel_key.in_(keys), Best.fingerprint_hash == fingerprint_hash)
-  if action_space_version is not None: q = q.where(Best.action_space_version == action_space_version)
-  with st.engine.connect() as c: rows = c.execute(q.order_by(Best.action_space_version)).all()
-  return {r.kernel_key: r for r in rows}  # ascending versions: the newest one is left standing
+  args = {"keys": list(keys), "fingerprint_hash": fingerprint_hash}
+  with st.engine.connect() as c:
+    rows = c.execute(LOOKUP_NEWEST, args) if action_space_version is None else c.execute(LOOKUP_VERSION, {**args, "version": action_space_version})
+    return {r.kernel_key: r for r in rows}  # ascending versions: the newest one is left standing
 
 
 def jobs_by_state(st: Store) -> dict[str, int]:
   with st.read() as s: return dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+
+
+def workers(st: Store, limit: int = 50, offset: int = 0) -> tuple[list[tuple[Worker, Optional[Job], Optional[str]]], bool]:
+  """A page of workers, newest first, each with the running job it holds a lease on and that job's kernel name; and whether more follow."""
+  with st.read() as s:
+    ws = s.scalars(select(Worker).order_by(Worker.id.desc()).limit(limit + 1).offset(offset)).all()
+    held = {j.lease_owner: (j, name) for j, name in s.execute(select(Job, Kernel.name).join(Kernel, Kernel.key == Job.kernel_key)
+                                                               .where(Job.state == "running", Job.lease_owner.in_([w.id for w in ws])))}
+  return [(w, *held.get(w.id, (None, None))) for w in ws[:limit]], len(ws) > limit
+
+def jobs(st: Store, state: Optional[str] = None, limit: int = 50, offset: int = 0) -> tuple[list[tuple[Job, Optional[Result], Optional[str]]], bool]:
+  """A page of jobs with their result and kernel name; and whether more follow. Queued ones in the order workers claim them
+  (highest priority, then oldest), the others newest first."""
+  q = select(Job, Result, Kernel.name).join(Kernel, Kernel.key == Job.kernel_key).outerjoin(Result, Result.id == Job.result_id)
+  if state: q = q.where(Job.state == state)
+  q = q.order_by(Job.priority.desc(), Job.id) if state == "queued" else q.order_by(Job.id.desc())
+  with st.read() as s: rows = s.execute(q.limit(limit + 1).offset(offset)).all()
+  return [tuple(r) for r in rows[:limit]], len(rows) > limit

@@ -1,0 +1,32 @@
+"""What the service is doing, read-only: its workers and its job queue (the dashboard's workers and queue pages)."""
+from __future__ import annotations
+import time
+from typing import Annotated, Optional
+from fastapi import APIRouter, Query, Request
+from tunesvc.api.auth import ANY
+from tunesvc.api.models import MAX_INT, JobPage, JobRow, State, WorkerPage, WorkerRow
+from tunesvc.store import reads
+
+router = APIRouter(prefix="/v1", tags=["status"], dependencies=[ANY])
+Limit = Annotated[int, Query(ge=1, le=500)]
+Offset = Annotated[int, Query(ge=0, le=MAX_INT)]
+
+
+@router.get("/workers", response_model=WorkerPage)
+def workers(request: Request, limit: Limit = 50, offset: Offset = 0):
+  """Every registered worker, newest first, with the job it is searching. A worker that died keeps its last state: age it by
+  last_heartbeat against now."""
+  ws, more = reads.workers(request.app.state.store, limit, offset)
+  return WorkerPage(workers=[WorkerRow(worker_id=w.id, name=w.name, device=w.device, fingerprint=w.fingerprint_hash, last_heartbeat=w.last_heartbeat,
+                                       state=w.state, job_id=j and j.id, kernel_key=j and j.kernel_key, kernel_name=name) for w, j, name in ws],
+                    next_offset=offset + limit if more else None, now=time.time())
+
+
+@router.get("/jobs", response_model=JobPage)
+def jobs(request: Request, state: Annotated[Optional[State], Query(description="only jobs in this state")] = None,
+         limit: Limit = 50, offset: Offset = 0):
+  """A page of jobs with attempts and errors: queued ones in claim order (priority, then age), the others newest first."""
+  st = request.app.state.store
+  js, more = reads.jobs(st, state, limit, offset)
+  return JobPage(jobs=[JobRow.of(j, r, kernel_name=name, worker_id=j.lease_owner, lease_expires=j.lease_expires) for j, r, name in js],
+                 next_offset=offset + limit if more else None, counts=reads.jobs_by_state(st))
