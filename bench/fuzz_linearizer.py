@@ -36,7 +36,6 @@ from linearizer.ast import KernelAST, load, loads
 from linearizer.fuzz import Case, builder_kernel, compare, draw_case, positions
 from linearizer.kernel import Kernel, OptError, allowed_ops
 from linearizer.lower import lower
-from linearizer.render_c import render_c
 from search.pool import die_with_parent
 from tunesvc.cli import read_documents
 
@@ -58,7 +57,7 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
   try: kern = Kernel(k, dev.options()).apply_opts(case.opts)
   except OptError as e: return "OPT_ERROR", f"the schedule is rejected: {e}"
   if bad := [o for o in kern.applied_opts if o.op not in allowed_ops(kern.options)]: return "ILLEGAL_OPT", f"{device} accepted {bad[0]}"
-  try: src = render_c(lower(kern, "kernel"))
+  try: src = dev.render(lower(kern, "kernel"))
   except OptError as e: return "OPT_ERROR", f"accepted, then lowering raised: {e}"
   try: prog = dev.Program(dev.compile(src, flags), "kernel")
   except dev.CompileError as e: return "COMPILE_ERROR", str(e)
@@ -254,7 +253,8 @@ def replay(path: str, print_source: bool, timeout: float) -> int:
   device = case.extra.get("device", "CPU")
   print(f"replay {describe(case)} on {device}{' with ASan' if case.extra.get('asan') else ''}; recorded {case.status or '-'}")
   if print_source and case.opts is not None:
-    try: print(render_c(lower(Kernel(load(case.doc).rebased(), registry.get(device).options()).apply_opts(case.opts))))
+    dev = registry.get(device)
+    try: print(dev.render(lower(Kernel(load(case.doc).rebased(), dev.options()).apply_opts(case.opts))))
     except Exception as e: print(f"(no source: {type(e).__name__}: {e})")
   with Pool(1, device, bool(case.extra.get("asan")), timeout, case.extra.get("max_positions", 20_000_000)) as pool:
     (got,) = pool.run([case])
@@ -277,7 +277,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--max-positions", type=int, default=20_000_000, help="skip bigger kernels (default 20,000,000)")
   p.add_argument("--out", default="fuzz_failures", help="directory for replay files (default fuzz_failures/)")
   p.add_argument("--replay", metavar="FILE", help="run one replay file again; exit 0 if it passes now")
-  p.add_argument("--print-source", action="store_true", help="with --replay: print the generated C")
+  p.add_argument("--print-source", action="store_true", help="with --replay: print the generated source")
   args = p.parse_args(argv)
   if args.replay: return replay(args.replay, args.print_source, args.timeout)
   t0 = time.perf_counter()

@@ -1,7 +1,8 @@
 """The CPU backend: C compiler with an on-disk cache, ctypes program loader, aligned allocator, timer, fingerprint.
 
-Every backend module gives the same names: available, options, fingerprint, render (linear IR -> source),
-compile (source -> binary, no device state: it runs in compile workers), Program (binary -> callable), alloc."""
+Every backend module gives the same names: available, options, fingerprint, fingerprint_hash, render (linear IR ->
+source), compile (source -> binary; it runs in compile workers, away from the runner), CompileError, DEFAULT_FLAGS,
+Program (binary -> callable on device buffers or host arrays), alloc (device buffer), copyin and copyout (host <-> device)."""
 from __future__ import annotations
 import ctypes, functools, hashlib, json, os, platform, shutil, subprocess, tempfile, time
 from pathlib import Path
@@ -110,6 +111,10 @@ def alloc(n: int, dtype: npt.DTypeLike) -> np.ndarray:
   raw = np.zeros(n * dt.itemsize + ALIGN, np.uint8)
   off = -raw.ctypes.data % ALIGN
   return raw[off:][:n * dt.itemsize].view(dt)  # two steps: numpy keeps an empty slice's start only this way
+
+# the device-memory interface the runner uses: on the CPU, device memory is host memory
+def copyin(buf: np.ndarray, host: np.ndarray) -> None: np.copyto(buf, host)
+def copyout(buf: np.ndarray) -> np.ndarray: return buf
 
 
 @functools.cache

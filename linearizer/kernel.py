@@ -195,12 +195,12 @@ class Kernel:
       check(o.has_local and o.has_shared and not self.dont_use_locals, "grouping needs local dims and shared memory")
       check(reduce_range[0] <= axis < reduce_range[1], f"{opt.op} is for a reduce axis")
       self._check_local_size(amt)
-      check(self._shared_bytes(amt) <= o.shared_max, f"grouping would need more than {o.shared_max} bytes of shared memory")
       self.shift_to(axis, amt, top=opt.op == "GROUPTOP", insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
     elif opt.op == "UPCASTMID":
       check(o.has_local and self.group_for_reduces > 0, "UPCASTMID upcasts inside a grouped reduce")
       check(self.first_reduce <= axis < self.first_reduce + self.group_for_reduces, "UPCASTMID is for a grouped axis")
+      check(amt < size, "UPCASTMID of a whole grouped axis would leave a size-1 axis among the grouped ones, where it reads as global")
       self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
       self.upcast_in_mid_reduce.append(self.first_reduce + self.group_for_reduces - 1)
@@ -208,22 +208,26 @@ class Kernel:
       check(axis < self.shape_len - self.upcasted, "PADTO is not for an upcast axis")
       # the size-1 axis a whole-axis UNROLL leaves among the reduce axes would become an output axis inside the reduce loop
       check(axis < self.first_reduce or self.is_reduce_axis(axis), "PADTO among the reduce axes is for a reduce axis")
+      check(size != 1, "PADTO of a size-1 axis, which may be the rest of a reduce: the output's 1 there would be padded too")
       padded = -(-size // amt) * amt
       check(padded != size, f"axis {axis} of size {size} is already a multiple of {amt}")
       check(padded <= 2 * size, f"padding {size} to {padded} more than doubles the work")
       if self.is_reduce_axis(axis): check(self._pad_reduce_is_exact(), "padding this reduce would change its result")
       self.sts = [st.pad([(0, padded - size) if i == axis and s == size else (0, 0) for i, s in enumerate(st.shape)]) for st in self.sts]
+    if self.group_for_reduces:  # after every opt: locals and upcasts grow what a grouped reduce keeps in shared memory
+      check(self._shared_bytes() <= o.shared_max, f"the grouped reduce would need more than {o.shared_max} bytes of shared memory")
     self.applied_opts.append(opt)
 
   def _check_local_size(self, amt: int) -> None:
     lo = self.first_reduce - self.local_dims
     size = math.prod(self.full_shape[lo:self.first_reduce + self.group_for_reduces]) * amt
-    lmax = math.prod(self.options.local_max) if self.options.local_max else 1024
-    check(size <= lmax, f"local size {size} exceeds {lmax}")
+    check(size <= self.options.local_size_max, f"local size {size} exceeds {self.options.local_size_max}")
 
-  def _shared_bytes(self, amt: int) -> int:
-    return math.prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]) * amt * \
-      math.prod(self.upcast_shape) * self.reduceop.dtype.acc.itemsize
+  def _shared_bytes(self) -> int:
+    """The grouped reduce's local memory: a partial accumulator per work-item and output lane."""
+    out_lanes = [s for i, s in enumerate(self.upcast_shape, self.shape_len - self.upcasted) if not self.is_reduce_axis(i)]
+    return math.prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]) * \
+      math.prod(out_lanes) * self.reduceop.dtype.acc.itemsize
 
   def _pad_reduce_is_exact(self) -> bool:
     """Padded positions read 0: a SUM stays exact when its source, by the reference semantics, is 0

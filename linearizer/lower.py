@@ -1,12 +1,15 @@
 """Lowering a Kernel to a linear IR: loops, accumulators, gated loads and stores, ALU ops.
 
 Loop axes (thread, global, reduce) become LOOPs over symbolic loop variables; upcast axes are
-unrolled into lanes, one value per combination of their indices. Every UOp is created once (common
+unrolled into lanes, one value per combination of their indices. On a device with local dims
+(GPU-style) global axes become work-group indices and local and grouped-reduce axes work-item
+indices instead; a grouped reduce leaves one partial accumulator per work-item, which go through
+local memory to the work-item of the group whose grouped indices are all 0, which reduces them. Every UOp is created once (common
 subexpressions merge), constants fold by the reference semantics, and index and validity stay
 symbolic expressions, simplified, until the renderer writes them.
 """
 from __future__ import annotations
-import collections, itertools
+import collections, itertools, math
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 import numpy as np
@@ -16,7 +19,7 @@ from linearizer.kernel import Kernel
 from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
 from linearizer.shapetracker import affine
-from linearizer.symbolic import Var, sint, smax, substitute, variables
+from linearizer.symbolic import Var, lt, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
@@ -24,6 +27,8 @@ from linearizer.symbolic import Var, sint, smax, substitute, variables
 #      into acc, its last operand) VALID (arg: a symbolic condition, as a bool) VBROADCAST (src: a scalar)
 #      VBUILD (src: one scalar per lane). ALU ops are the format's, and MULACC (src: a, b, c): a*b+c rounded once.
 #      `vec` > 1: a value of that many lanes; a bool vector is a comparison's lane mask.
+#      SPECIAL (arg: (Var, "group"|"local", launch dim)) DEFINE_LOCAL (arg: (name, elements)) BARRIER IF (arg: condition) ENDIF
+#      A LOAD's or STORE's buf is an int for a kernel argument, a DEFINE_LOCAL's name for local memory.
 # What lanes may carry as vectors: float32/float64 arithmetic, which C vector extensions do lane by lane as the scalar
 # ops do; float16 only loaded, stored, reduced and converted (its arithmetic rounds per op through float32); bool
 # only as masks from comparisons and casts, feeding a WHERE or a cast back to a float.
@@ -45,9 +50,11 @@ class UOp:
 
 
 class Program:
-  """The linear IR of one kernel: uops in order, its buffers and variables, and the opts it was scheduled with."""
-  def __init__(self, name: str, uops: list[UOp], buffers: list[tuple[int, DType]], vars: list[Var], opts: tuple = ()):
-    self.name, self.uops, self.buffers, self.vars, self.opts = name, uops, buffers, vars, opts
+  """The linear IR of one kernel: uops in order, its buffers and variables, the opts it was scheduled with and, on a
+  device with local dims, its launch: work-groups and work-items per launch dim (symbolic in the variables)."""
+  def __init__(self, name: str, uops: list[UOp], buffers: list[tuple[int, DType]], vars: list[Var], opts: tuple = (),
+               groups: tuple[sint, ...] = (), local: tuple[int, ...] = ()):
+    self.name, self.uops, self.buffers, self.vars, self.opts, self.groups, self.local = name, uops, buffers, vars, opts, groups, local
 
 
 def _identity(fn: str, dt: DType):
@@ -68,6 +75,13 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   for b, dt in bufs: emit(UOp("DEFINE_GLOBAL", dt, (), b))
   for v in k.ast.vars: emit(UOp("DEFINE_VAR", None, (), v))
   loop_vars: dict[int, sint] = {i: 0 if full[i] == 1 else Var(f"{'r' if k.is_reduce_axis(i) else 'g'}{i}", 0, smax(full[i]) - 1) for i in range(up)}
+  gpu, gfr = k.options.has_local, k.group_for_reduces
+  gdims, ldims, outer_axes = [], [], range(fr)
+  if gpu:
+    gidx, gdims, outer_axes = _launch("gidx", range(k.thread_dims, fr - k.local_dims), full)
+    lidx, ldims, _ = _launch("lidx", range(fr - k.local_dims, fr + gfr), full)  # int sizes: always fit
+    loop_vars.update(gidx)
+    loop_vars.update(lidx)
   upcast_axes = list(range(up, n))
   out_up = [i for i in upcast_axes if not k.is_reduce_axis(i)]
   lanes = list(itertools.product(*(range(full[i]) for i in upcast_axes)))
@@ -129,34 +143,71 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     for i in axes: emit(UOp("LOOP", None, (), (loop_vars[i], full[i], threads if i == 0 else 0)), dedup=False)
     return axes
 
-  outer = loop(range(fr), threads=full[0] if k.thread_dims else 0)
-  reduced: dict[tuple, int] = {}
   sums: set[int] = set()  # the ALU ops combining a reduce's lanes
   red = k.reduceop
+  if gpu:
+    for kind, dims in (("group", gdims), ("local", ldims)):
+      for d, (v, _) in enumerate(dims): emit(UOp("SPECIAL", None, (), (v, kind, d)))
+    if gfr: temp = emit(UOp("DEFINE_LOCAL", red.dtype.acc, (), ("temp", math.prod(s for _, s in ldims) * math.prod(full[i] for i in out_up) * W)))
+  outer = loop(outer_axes, threads=full[0] if k.thread_dims else 0)
+
+  def define_accs(out_lanes) -> dict[tuple, int]:
+    return {ol: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity(red.arg.fn, red.dtype), W), dedup=False) for ol in out_lanes}
+
+  def accumulate(accs: dict[tuple, int], parts: dict[tuple, list[int]], chain: bool = False) -> dict[tuple, int]:
+    """Each output lane's values into its accumulator. Products that fuse into enough independent accumulators go
+    straight in (`chain`), one FMA each (a longer serial sum per accumulator than the tree's, well inside the SUM's
+    range); otherwise the values combine as a tree first (independent ops, not one serial chain through the accumulator)."""
+    op, dt = "ADD" if red.arg.fn == "SUM" else "MAX", red.dtype.acc
+    def combine(a: int, b: int) -> int:  # never merged with an element-wise op: only these may fuse
+      sums.add(i := emit(UOp("ALU", dt, (a, b), op, W), dedup=False))
+      return i
+    new = dict(accs)
+    for ol, vs in parts.items():
+      while len(vs) > 1 and not chain: vs = [combine(a, b) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
+      for v in vs: new[ol] = emit(UOp("ACC", dt, (new[ol], v), op, W), dedup=False)
+    return new
+
+  def group_reduce(accs: dict[tuple, int]) -> dict[tuple, int]:
+    """Every work-item's partial accumulators into local memory; after a barrier the work-item whose grouped indices are
+    all 0 reduces its local position's partials, looping over the grouped axes and unrolling the UPCASTMID ones."""
+    def slot(ix: dict[int, sint], j: int) -> sint:  # layout: [local and grouped axes..., output lane, vector lane]
+      pos: sint = 0
+      for i in range(fr - k.local_dims, fr + gfr): pos = pos * full[i] + ix[i]
+      return (pos * len(accs) + j) * W
+    for j, a in enumerate(accs.values()): emit(UOp("STORE", None, (a,), (uops[temp].arg[0], slot(loop_vars, j), 1), W), dedup=False)
+    emit(UOp("BARRIER", None), dedup=False)
+    emit(UOp("IF", None, (), lt(sum(loop_vars[i] for i in range(fr, fr + gfr)), 1)), dedup=False)
+    grouped = [i for i in range(fr, fr + gfr) if full[i] != 1]
+    mid = [i for i in grouped if i in k.upcast_in_mid_reduce]
+    tvars = {i: Var(f"t{i}", 0, full[i] - 1) for i in grouped if i not in mid}
+    parts: dict[tuple, list[int]] = {ol: [] for ol in accs}
+    new = define_accs(accs)
+    for i, v in tvars.items(): emit(UOp("LOOP", None, (), (v, full[i], 0)), dedup=False)
+    for m in itertools.product(*(range(full[i]) for i in mid)):
+      ix = {**loop_vars, **tvars, **dict(zip(mid, m))}
+      for j, ol in enumerate(accs): parts[ol].append(emit(UOp("LOAD", red.dtype.acc, (), (uops[temp].arg[0], slot(ix, j), 1), W)))
+    new = accumulate(new, parts)
+    for _ in tvars: emit(UOp("ENDLOOP", None), dedup=False)
+    seen.clear()
+    return new
+
+  reduced: dict[tuple, int] = {}
   if red is not None:
-    out_lanes = list(itertools.product(*(range(full[i]) for i in out_up)))
-    accs = {ol: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity(red.arg.fn, red.dtype), W), dedup=False) for ol in out_lanes}
-    inner = loop(range(fr, up))
+    parts = {ol: [] for ol in itertools.product(*(range(full[i]) for i in out_up))}
+    accs = define_accs(parts)
+    inner = loop(range(fr + gfr, up))
     memo: dict = {}
-    parts: dict[tuple, list[int]] = {ol: [] for ol in out_lanes}
     for lane in lanes:
       l = dict(zip(upcast_axes, lane))
       v = value(red.src[0], l, memo)
       if red.dtype.acc != red.dtype: v = emit(UOp("CAST", red.dtype.acc, (v,), False, W))
       parts[tuple(l[i] for i in out_up)].append(v)
-    op = "ADD" if red.arg.fn == "SUM" else "MAX"
-    def combine(a: int, b: int) -> int:  # never merged with an element-wise op: only these may fuse
-      sums.add(i := emit(UOp("ALU", red.dtype.acc, (a, b), op, W), dedup=False))
-      return i
-    # products that fuse into enough independent accumulators go straight in, one FMA each (a longer serial sum per
-    # accumulator than the tree's, well inside the SUM's range); otherwise the unrolled lanes combine as a tree first
-    # (independent ops, not one serial chain through the accumulator)
-    chain = op == "ADD" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
-    for ol, vs in parts.items():
-      while len(vs) > 1 and not chain: vs = [combine(a, b) for a, b in zip(vs[::2], vs[1::2])] + vs[len(vs) & ~1:]
-      for v in vs: accs[ol] = emit(UOp("ACC", red.dtype.acc, (accs[ol], v), op, W), dedup=False)
+    chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
+    accs = accumulate(accs, parts, chain)
     for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
     seen.clear()  # values from inside the reduce loop are out of scope now
+    if gfr: accs = group_reduce(accs)
     for ol, a in accs.items():
       reduced[ol] = a if red.dtype.acc == red.dtype else emit(UOp("CAST", red.dtype, (a,), False, W))
   memo = {}
@@ -166,8 +217,30 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     v = value(k.ast.ast.src[0], l, memo)
     idx, valid = index(st_of[k.ast.ast.arg], l)
     if valid != 0: emit(UOp("STORE", None, (v,), (0, lane0(idx), valid), W), dedup=False)
+  if gfr:
+    emit(UOp("ENDIF", None), dedup=False)
+    if outer: emit(UOp("BARRIER", None), dedup=False)  # local memory is written again in the next iteration
   for _ in outer: emit(UOp("ENDLOOP", None), dedup=False)
-  return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts))
+  return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), tuple(s for _, s in gdims), tuple(s for _, s in ldims))
+
+
+def _launch(prefix: str, axes, full, dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
+  """Axes onto at most `dims` launch dims, the innermost axis on dim 0 and the outermost ones sharing the last (decoded
+  with // and %, so only the outermost of those may have a symbolic size; the rest stay loops): (each axis's index,
+  each launch dim's index variable and size, the axes left to loops)."""
+  axes = [i for i in axes if full[i] != 1][::-1]  # innermost first
+  shared, loops = axes[dims - 1:], []
+  while any(not isinstance(full[i], int) for i in shared[:-1]): loops.insert(0, shared.pop())
+  idx: dict[int, sint] = {}
+  launch: list[tuple[Var, sint]] = []
+  for d, group in enumerate([[i] for i in axes[:dims - 1]] + ([shared] if shared else [])):
+    size = math.prod(full[i] for i in group)
+    v, div = Var(f"{prefix}{d}", 0, smax(size) - 1), 1
+    for i in group:
+      idx[i] = v // div if i == group[-1] else v // div % full[i]
+      div *= full[i]
+    launch.append((v, size))
+  return idx, launch, loops
 
 
 def _fuse_mulacc(uops: list[UOp], sums: set[int]) -> list[UOp]:
@@ -204,9 +277,10 @@ def _vector_node(n: LazyOp) -> bool:
   return n.op in VEC_ALU and all(s.dtype.name in VEC_ARITH for s in (n.src[1:] if n.op == "WHERE" else n.src))  # WHERE: a mask, 2 floats
 
 def vector_widths(ast: KernelAST, options: LinearizerOptions) -> tuple[int, ...]:
-  """The lane counts this kernel's lanes can be carried as vectors of: none unless every node can be, then the
-  device's vector sizes (its float_vector_widths count float32 lanes) in lanes of the kernel's widest dtype."""
-  if not all(_vector_node(n) for n in ast.nodes): return ()
+  """The lane counts this kernel's lanes can be carried as vectors of: none unless every node can be (on this device:
+  its vector_dtypes), then the device's vector sizes (its float_vector_widths count float32 lanes) in lanes of the
+  kernel's widest dtype."""
+  if not all(_vector_node(n) and (n.dtype == bool_ or n.dtype.name in options.vector_dtypes) for n in ast.nodes): return ()
   size = max(n.dtype.itemsize for n in ast.nodes if n.dtype != bool_)
   return tuple(w * 4 // size for w in options.float_vector_widths if w * 4 % size == 0 and w * 4 // size > 1)
 

@@ -15,11 +15,13 @@ class LinearizerOptions:
   # vectors: float4 loads/stores, and every width in float32 elements the ISA handles natively
   supports_float4: bool = True
   float_vector_widths: tuple[int, ...] = (4,)
+  vector_dtypes: tuple[str, ...] = ("float16", "float32", "float64")  # the dtypes whose lanes the renderer can vectorise
   # tensor-core descriptions the device offers (empty: none)
   tensor_cores: tuple = ()
   # launch limits: max global and local size per dimension (None: unlimited), shared bytes per workgroup
   global_max: tuple[int, ...] | None = None
   local_max: tuple[int, ...] | None = None
+  local_size_max: int = 1024                   # work-items in one work-group
   shared_max: int = 0
   threads: int = 1
 

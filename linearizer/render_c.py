@@ -1,15 +1,61 @@
-"""C for the linear IR, with the reference semantics spelled out where C leaves them undefined:
-integer division by 0 or -1, NaN in MAX, float-to-int casts that saturate, and float16/bfloat16
-arithmetic done in float and rounded after every op. MULACC is an explicit fused multiply-add (the
-compiler contracts nothing itself: -ffp-contract=off). Vectors use the gcc/clang vector extensions,
-selecting lanes through masks where scalar code has ?:."""
+"""C-style source for the linear IR -- C, OpenCL C -- from one renderer and a small table per language, with the
+reference semantics spelled out where C leaves them undefined: integer division by 0 or -1, NaN in MAX, float-to-int
+casts that saturate, signed overflow that wraps, and float16/bfloat16 arithmetic done in float and rounded after
+every op. MULACC is an explicit fused multiply-add (the compiler contracts nothing itself: -ffp-contract=off in C,
+FP_CONTRACT OFF in OpenCL). Vectors are C's gcc/clang vector extensions, selecting lanes through masks where scalar
+code has ?:, and OpenCL's built-in vector types with select()."""
 from __future__ import annotations
-import math
+import json, math
+from dataclasses import dataclass, field
+from typing import Sequence
 from linearizer.dtypes import DType, bool_
 from linearizer.lower import Program
-from linearizer.symbolic import render
+from linearizer.symbolic import Var, evaluate, parse, render
 
-PRELUDE = """#include <math.h>
+
+@dataclass(frozen=True)
+class Lang:
+  """What differs between the C-style languages."""
+  prelude: str
+  kernel: str = ""                                   # before the kernel's `void`
+  symbol: str = "{}"                                 # the kernel's symbol for its name: OpenCL reserves `kernel`
+  buffer: str = ""                                   # address space of a kernel argument's buffer
+  types: dict = field(default_factory=dict)          # dtype -> register type, where not DType.c
+  storage: dict = field(default_factory=dict)        # dtype -> buffer element type, where not the register type
+  load: dict = field(default_factory=dict)           # dtype -> stored element to register value
+  store: dict = field(default_factory=dict)          # dtype -> register value to stored element
+  narrow: dict = field(default_factory=dict)         # dtype -> a float-computed result rounded to the dtype
+  from_double: dict = field(default_factory=dict)    # dtype -> a double rounded to it once (not through float)
+  suffix: dict = field(default_factory=dict)         # int dtype -> literal suffix
+  wrap: dict = field(default_factory=dict)           # signed dtype -> the unsigned type its + - * wrap through
+  float_fn: str = "f"                                # suffix of float32 math functions (fmodf), "" where overloaded
+  index: str = "long long"                           # type of loop and work-item indices
+  bitcast: str = "({{union {{ {s} s; {d} d; }} u_; u_.s = {x}; u_.d;}})"
+  ids: dict = field(default_factory=dict)            # "group" | "local" -> the index of launch dim {}
+  barrier: str = ""
+  shared: str = ""                                   # address space of local memory
+  fma: str = "__builtin_fma{f}({0},{1},{2})"         # a*b+c rounded once ({f}: the float32 suffix)
+  # vectors ({vt}: the vector type, {mt}: its mask type): the type of {n} lanes of dtype {d} (C type {t}), a mask's
+  # type of {n} lanes of {bits} bits (C type {lane})
+  declare_vectors: bool = True                       # vector and mask types and vector FMAs need declaring
+  vtype: str = "{d}x{n}"
+  mtype: str = "int{bits}x{n}"
+  mask_lanes: dict = field(default_factory=lambda: {2: "short", 4: "int", 8: "long long"})  # lane bytes -> C type
+  vbroadcast: str = "{x}-({vt}){{}}"                 # x - 0 is x, -0 included (-0 + 0 is +0)
+  vbuild: str = "({vt}){{{xs}}}"
+  vzero: str = "({vt}){{}}"
+  vload: str = "*({vt}u*)({p})"                      # through the unaligned type: only its lanes' alignment is known
+  vstore: str = "*({vt}u*)({p}) = {x};"
+  select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
+  convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
+  vfma: str = "mulacc_{vt}({0},{1},{2})"
+
+  def ctype(self, dt: DType) -> str: return self.types.get(dt.name, dt.c)
+  def storage_type(self, dt: DType) -> str: return self.storage.get(dt.name, self.ctype(dt))
+
+
+C = Lang(
+  prelude="""#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 static inline float bf2f(unsigned short b) { unsigned u = (unsigned)b << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -18,87 +64,117 @@ static inline unsigned short f2bf(float f) {  /* round to nearest even; NaN stay
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 static inline float bfround(float f) { return bf2f(f2bf(f)); }
-"""
+""",
+  types={"float16": "_Float16", "bfloat16": "float", "bool": "bool"}, storage={"bfloat16": "unsigned short"},
+  load={"bfloat16": "bf2f({})"}, store={"bfloat16": "f2bf({})"}, narrow={"float16": "((_Float16)({}))", "bfloat16": "bfround({})"},
+  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"})
 
-def ctype(dt: DType) -> str:
-  """The C type a value lives in: bfloat16 computes as float and is stored as its 16 bits."""
-  return {"float16": "_Float16", "bfloat16": "float", "bool": "bool"}.get(dt.name, dt.c)
+# OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
+# like bfloat16; vload_half/vstore_half_rte (core) convert exactly. No -fwrapv: signed + - * wrap through unsigned.
+# Vectors are the built-in floatN/doubleN: comparisons give the -1/0 int lanes select() takes; fma() is rounded once.
+OPENCL = Lang(
+  prelude="""#pragma OPENCL FP_CONTRACT OFF
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+float bf2f(ushort b) { return as_float((uint)b << 16); }
+ushort f2bf(float f) {  /* round to nearest even; NaN stays NaN */
+  uint u = as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40);
+  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+float bfround(float f) { return bf2f(f2bf(f)); }
+float h2f(ushort h) { return vload_half(0, (const half*)&h); }
+ushort f2h(float f) { ushort h; vstore_half_rte(f, 0, (half*)&h); return h; }
+ushort d2h(double f) { ushort h; vstore_half_rte(f, 0, (half*)&h); return h; }
+float hround(float f) { return h2f(f2h(f)); }
+""",
+  kernel="__kernel ", symbol="tunesvc_{}", buffer="__global ",
+  types={"int8": "char", "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "int64": "long", "uint64": "ulong",
+         "float16": "float", "bfloat16": "float", "bool": "bool"},
+  storage={"float16": "ushort", "bfloat16": "ushort", "bool": "uchar"},  # no bool in kernel arguments
+  load={"float16": "h2f({})", "bfloat16": "bf2f({})"}, store={"float16": "f2h({})", "bfloat16": "f2bf({})"},
+  narrow={"float16": "hround({})", "bfloat16": "bfround({})"}, from_double={"float16": "h2f(d2h({}))"},
+  suffix={"int64": "L", "uint64": "UL", "uint32": "U"}, wrap={"int32": "uint", "int64": "ulong"},
+  float_fn="", index="long", bitcast="as_{d}({x})", ids={"group": "get_group_id({})", "local": "get_local_id({})"},
+  barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
+  fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={2: "short", 4: "int", 8: "long"},
+  vbroadcast="({vt})({x})", vbuild="({vt})({xs})", vzero="({vt})(0)", vload="vload{n}(0, {p})", vstore="vstore{n}({x}, 0, {p});",
+  select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})")
 
-def storage(dt: DType) -> str: return "unsigned short" if dt.name == "bfloat16" else ctype(dt)
 
-def literal(val, dt: DType) -> str:
+def literal(val, dt: DType, lang: Lang = C) -> str:
   if dt == bool_: return "1" if val else "0"
+  t = lang.ctype(dt)
   if dt.is_int:
-    suffix = {"int64": "LL", "uint64": "ULL", "uint32": "U"}.get(dt.name, "")
-    return f"(({dt.c}){val}{suffix})" if not (dt.name == "int64" and val == dt.min) else "((long long)(-9223372036854775807LL-1))"
-  if math.isnan(val): return f"(({ctype(dt)})NAN)"
-  if math.isinf(val): return f"(({ctype(dt)}){'-' if val < 0 else ''}INFINITY)"
-  return f"(({ctype(dt)}){float(val).hex()})"  # hex floats are exact
+    sfx = lang.suffix.get(dt.name, "")
+    return f"(({t}){val}{sfx})" if not (dt.name == "int64" and val == dt.min) else f"(({t})({dt.min + 1}{sfx}-1))"
+  if math.isnan(val): return f"(({t})NAN)"
+  if math.isinf(val): return f"(({t}){'-' if val < 0 else ''}INFINITY)"
+  return f"(({t}){float(val).hex()})"  # hex floats are exact
 
-def _narrow(dt: DType, expr: str) -> str:
+def _narrow(dt: DType, expr: str, lang: Lang) -> str:
   """Round a float-computed result to the value's dtype, per op."""
-  return f"((_Float16)({expr}))" if dt.name == "float16" else f"bfround({expr})" if dt.name == "bfloat16" else expr
+  return lang.narrow[dt.name].format(expr) if dt.name in lang.narrow else expr
 
 def _f(dt: DType, x: str) -> str: return f"(float){x}" if dt.name == "float16" else x
 
-def alu(op: str, dt: DType, a: list[str], src_dt: DType) -> str:
+def _wrapped(op: str, t: str, u: str, a: list[str]) -> str:
+  e = f"(-({u}){a[0]})" if op == "NEG" else f"(({u}){a[0]}{'+-*'['ADD SUB MUL'.split().index(op)]}({u}){a[1]})"
+  return f"(({t}){e})"
+
+def alu(op: str, dt: DType, a: list[str], src_dt: DType, lang: Lang = C) -> str:
   """One ALU op on rendered operands; dt is the result's dtype, src_dt the operands'."""
   if op == "WHERE": return f"({a[0]}?{a[1]}:{a[2]})"
   if op in ("CMPLT", "CMPEQ"): return f"({a[0]}{'<' if op == 'CMPLT' else '=='}{a[1]})"
   if src_dt == bool_: return {"ADD": "({0}||{1})", "MAX": "({0}||{1})", "MUL": "({0}&&{1})", "XOR": "({0}!={1})", "NEG": "(!{0})"}[op].format(*a)
   if src_dt.is_float:
-    fn = "" if src_dt.name == "float64" else "f"
-    if op == "MULACC": return f"__builtin_fma{fn}({a[0]},{a[1]},{a[2]})"  # float32/float64 only: rounded once
+    fn = "" if src_dt.name == "float64" else lang.float_fn
+    if op == "MULACC": return lang.fma.format(*a, f=fn)  # float32/float64 only: rounded once
     x = [_f(src_dt, v) for v in a]
     if op in ("EXP2", "LOG2", "SIN"):  # from double and rounded: correctly rounded, as the reference defines them
-      return _narrow(dt, f"({'double' if fn == '' else 'float'}){op.lower()}((double){x[0]})")
+      return _narrow(dt, f"({'double' if src_dt.name == 'float64' else 'float'}){op.lower()}((double){x[0]})", lang)
     e = {"NEG": "(-{0})", "ADD": "({0}+{1})", "SUB": "({0}-{1})", "MUL": "({0}*{1})", "DIV": "({0}/{1})",
          "MAX": "(({0}>{1}||{0}!={0})?{0}:{1})", "MOD": f"fmod{fn}({{0}},{{1}})", "SQRT": f"sqrt{fn}({{0}})",
-         "RECIP": "(1.0f/{0})" if fn else "(1.0/{0})"}[op]
-    return _narrow(dt, e.format(*x))
-  signed = src_dt.kind == "i"
-  if op == "DIV": return f"({a[1]}==0?0:{a[1]}==-1?-{a[0]}:{a[0]}/{a[1]})" if signed else f"({a[1]}==0?0:{a[0]}/{a[1]})"
+         "RECIP": "(1.0/{0})" if src_dt.name == "float64" else "(1.0f/{0})"}[op]
+    return _narrow(dt, e.format(*x), lang)
+  signed, wrap = src_dt.kind == "i", lang.wrap.get(src_dt.name)
+  if wrap and op in ("NEG", "ADD", "SUB", "MUL"): return _wrapped(op, lang.ctype(src_dt), wrap, a)
+  if op == "DIV":
+    neg = _wrapped("NEG", lang.ctype(src_dt), wrap, a) if wrap else f"-{a[0]}"
+    return f"({a[1]}==0?0:{a[1]}==-1?{neg}:{a[0]}/{a[1]})" if signed else f"({a[1]}==0?0:{a[0]}/{a[1]})"
   if op == "MOD": return f"(({a[1]}==0{f'||{a[1]}==-1' if signed else ''})?0:{a[0]}%{a[1]})"
   return {"NEG": "(-{0})", "ADD": "({0}+{1})", "SUB": "({0}-{1})", "MUL": "({0}*{1})", "MAX": "({0}>{1}?{0}:{1})",
           "XOR": "({0}^{1})"}[op].format(*a)
 
-def cast(x: str, src: DType, dst: DType, bitcast: bool) -> str:
+def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
   if bitcast:  # through the stored bits: a bfloat16 lives in a float register
-    u = f"({{union {{ {storage(src)} s; {storage(dst)} d; }} u_; u_.s = {f'f2bf({x})' if src.name == 'bfloat16' else x}; u_.d;}})"
-    return f"bf2f({u})" if dst.name == "bfloat16" else u
+    u = lang.bitcast.format(s=lang.storage_type(src), d=lang.storage_type(dst), x=lang.store[src.name].format(x) if src.name in lang.store else x)
+    return lang.load[dst.name].format(u) if dst.name in lang.load else u
   if dst == bool_: return f"({x}!=0)"
   if src.is_float and dst.is_int:  # truncate, saturate, NaN to 0
     bits = dst.itemsize * 8 - (dst.kind == "i")
     lo = f"-{float(2 ** bits).hex()}" if dst.kind == "i" else "-0x1p+0"
-    f = f"(double){x}"
-    return f"({f}!={f}?({dst.c})0:{f}>={float(2 ** bits).hex()}?{literal(dst.max, dst)}:{f}{'<' if dst.kind == 'i' else '<='}{lo}?{literal(dst.min, dst)}:({dst.c}){f})"
-  return _narrow(dst, f"({'float' if dst.name == 'bfloat16' else ctype(dst)}){_f(src, x)}")
+    f, t = f"(double){x}", lang.ctype(dst)
+    return f"({f}!={f}?({t})0:{f}>={float(2 ** bits).hex()}?{literal(dst.max, dst, lang)}:{f}{'<' if dst.kind == 'i' else '<='}{lo}?{literal(dst.min, dst, lang)}:({t}){f})"
+  if src.name == "float64" and dst.name in lang.from_double: return lang.from_double[dst.name].format(x)
+  return _narrow(dst, f"({lang.ctype(dst)}){_f(src, x)}", lang)
 
 
-# vectors: gcc/clang vector extensions; lane masks are ints as wide as the compared lanes
-MASK_LANES = {2: "short", 4: "int", 8: "long long"}
 # vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type)
 FMA_X86 = {16: ("__FMA__", "_mm", "__m128"), 32: ("__FMA__", "_mm256", "__m256"), 64: ("__AVX512F__", "_mm512", "__m512")}
-
-def vtype(dt: DType, vec: int) -> str: return f"{dt.name}x{vec}" if vec > 1 else ctype(dt)
-def mtype(size: int, vec: int) -> str: return f"int{8 * size}x{vec}"
-
-def select(m: str, a: str, b: str, vt: str, mt: str) -> str:
-  """Lanes of a where the mask m is set, else of b: C has no ?: on vectors; the casts reinterpret bits."""
-  return f"(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"
-
 VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is
 
-def valu(op: str, a: list[str], vt: str, mt: str) -> str:
-  """A VECTOR_ONLY op on float32/float64 vectors (mt: the mask type of their lanes), the scalar semantics per lane."""
-  if op == "MAX": return select(f"(({a[0]}>{a[1]})|({a[0]}!={a[0]}))", a[0], a[1], vt, mt)  # NaN in either lane wins
-  if op == "WHERE": return select(a[0], a[1], a[2], vt, mt)
-  return f"mulacc_{vt}({a[0]},{a[1]},{a[2]})"
+def vtype(dt: DType, vec: int, lang: Lang) -> str: return lang.vtype.format(d=dt.name, t=lang.ctype(dt), n=vec) if vec > 1 else lang.ctype(dt)
+def mtype(size: int, vec: int, lang: Lang) -> str: return lang.mtype.format(bits=8 * size, lane=lang.mask_lanes[size], n=vec)
 
-def vcast(x: str, src: DType, dst: DType, vt: str) -> str:
+def valu(op: str, a: list[str], vt: str, mt: str, lang: Lang) -> str:
+  """A VECTOR_ONLY op on float32/float64 vectors (mt: the mask type of their lanes), the scalar semantics per lane."""
+  if op == "MAX": return lang.select.format(m=f"(({a[0]}>{a[1]})|({a[0]}!={a[0]}))", a=a[0], b=a[1], vt=vt, mt=mt)  # NaN in either lane wins
+  if op == "WHERE": return lang.select.format(m=a[0], a=a[1], b=a[2], vt=vt, mt=mt)
+  return lang.vfma.format(*a, vt=vt)
+
+def vcast(x: str, src: DType, dst: DType, vt: str, lang: Lang) -> str:
   """Float<->float lanes convert as C converts a scalar; a mask is a comparison's lanes (-1 or 0)."""
   if dst == bool_: return f"({x}!=0)"
-  return f"__builtin_convertvector({x}&1,{vt})" if src == bool_ else f"__builtin_convertvector({x},{vt})"
+  return lang.convert.format(x=f"{x}&1" if src == bool_ else x, vt=vt)
 
 def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
   """a*b+c on vectors, rounded once: gcc has no generic vector fma, so the x86 intrinsic where the ISA has one."""
@@ -109,7 +185,35 @@ def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
     body = f"#ifdef {guard}\n  return ({vt}){pre}_fmadd_{s}(({m})a, ({m})b, ({m})c);\n#else\n{body}#endif\n"
   return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
 
-def render_c(prog: Program) -> str:
+def vector_decls(prog: Program, lang: Lang) -> str:
+  """C: typedefs of the vector types the program uses, each with its unaligned twin (for memory) and its lane mask,
+  and the fused multiply-add of each vector type that has MULACCs. OpenCL has them built in."""
+  if not lang.declare_vectors: return ""
+  vecs = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
+  fmas = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in ("ALU", "ACC") and u.arg == "MULACC"]
+  out = [f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n"
+         f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
+         f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} "
+         f"__attribute__((vector_size({dt.itemsize * vec})));\n" for dt, vec in dict.fromkeys(vecs)]
+  if fmas: out.append("#if defined(__FMA__) || defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n")
+  return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)])
+
+
+LAUNCH = "// launch "
+
+def launch_line(prog: Program) -> str:
+  """The launch a GPU-style kernel needs, as the first line of its source: work-groups per launch dim (symbolic in
+  the variables, named in the kernel's argument order) and work-items per launch dim."""
+  return LAUNCH + json.dumps({"groups": [render(g) for g in prog.groups], "local": list(prog.local), "vars": [v.name for v in prog.vars]}) + "\n"
+
+def launch_sizes(launch: dict, var_vals: Sequence[int]) -> tuple[list[int], list[int]]:
+  """(work-groups, work-items) per launch dim of a launch line's JSON at the variables' values, in argument order."""
+  env = dict(zip(launch["vars"], var_vals))
+  names = {n: Var(n, v, v) for n, v in env.items()}
+  return [int(evaluate(parse(g, names), env)) for g in launch["groups"]], launch["local"]
+
+
+def render_source(prog: Program, lang: Lang) -> str:
   names: dict[int, str] = {}
   types: dict[int, str] = {}  # the C type of every value
   body: list[str] = []
@@ -118,62 +222,66 @@ def render_c(prog: Program) -> str:
   def define(i: int, e: str) -> None:
     names[i] = f"v{i}"
     line(f"{types[i]} v{i} = {e};")
-  def at(b: int, idx, vec: int) -> str:  # a vector goes through the unaligned type: only its lanes' alignment is known
-    return f"data{b}[{render(idx, c=True)}]" if vec == 1 else f"*({vtype(prog.buffers[b][1], vec)}u*)(data{b}+{render(idx, c=True)})"
+  def buf(b) -> str: return f"data{b}" if isinstance(b, int) else b  # a kernel argument or local memory
+  def ptr(b, idx) -> str: return f"{buf(b)}+{render(idx, c=True)}"
+  def at(b, idx) -> str: return f"{buf(b)}[{render(idx, c=True)}]"
   def expr(i: int, op: str, a: list[str]) -> str:
     u = prog.uops[i]
-    if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, u.dtype, a, prog.uops[u.src[-1]].dtype)  # operators work lane-wise
-    mt = mtype(u.dtype.itemsize, u.vec)  # of this value's lanes (MAX, WHERE)
-    if op == "WHERE" and types[u.src[0]] != mt: a = [f"__builtin_convertvector({a[0]},{mt})", *a[1:]]  # a mask of other lanes
-    return valu(op, a, types[i], mt)
+    if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, u.dtype, a, prog.uops[u.src[-1]].dtype, lang)  # operators work lane-wise
+    mt = mtype(u.dtype.itemsize, u.vec, lang)  # of this value's lanes (MAX, WHERE)
+    if op == "WHERE" and types[u.src[0]] != mt: a = [lang.convert.format(x=a[0], vt=mt), *a[1:]]  # a mask of other lanes
+    return valu(op, a, types[i], mt, lang)
   for i, u in enumerate(prog.uops):
     op, dt, src = u.op, u.dtype, [names.get(s) for s in u.src]
     if dt is not None:  # a bool vector is a mask of its operands' lanes
-      types[i] = mtype(prog.uops[u.src[0]].dtype.itemsize, u.vec) if dt == bool_ and u.vec > 1 else vtype(dt, u.vec)
+      types[i] = mtype(prog.uops[u.src[0]].dtype.itemsize, u.vec, lang) if dt == bool_ and u.vec > 1 else vtype(dt, u.vec, lang)
     if op in ("DEFINE_GLOBAL", "DEFINE_VAR"): continue
-    if op == "CONST": names[i] = literal(u.arg, dt)
-    elif op == "VBROADCAST": define(i, f"{src[0]}-({types[i]}){{}}")  # x - 0 is x, -0 included (-0 + 0 is +0)
-    elif op == "VBUILD": define(i, f"({types[i]}){{{', '.join(src)}}}")
+    if op == "CONST": names[i] = literal(u.arg, dt, lang)
+    elif op == "SPECIAL":
+      var, kind, dim = u.arg
+      line(f"{lang.index} {var.name} = {lang.ids[kind].format(dim)};")
+    elif op == "DEFINE_LOCAL": line(f"{lang.shared}{lang.ctype(dt)} {u.arg[0]}[{u.arg[1]}];")
+    elif op == "BARRIER": line(lang.barrier)
+    elif op == "VBROADCAST": define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
+    elif op == "VBUILD": define(i, lang.vbuild.format(xs=", ".join(src), vt=types[i]))
     elif op == "VALID": names[i] = render(u.arg, c=True)
     elif op == "LOOP":
       var, end, threads = u.arg
       if threads: line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
-      line(f"for (long long {var.name} = 0; {var.name} < {render(end, c=True)}; {var.name}++) {{")
+      line(f"for ({lang.index} {var.name} = 0; {var.name} < {render(end, c=True)}; {var.name}++) {{")
       depth += 1
-    elif op == "ENDLOOP":
+    elif op == "IF":
+      line(f"if ({render(u.arg, c=True)}) {{")
+      depth += 1
+    elif op in ("ENDLOOP", "ENDIF"):
       depth -= 1
       line("}")
     elif op == "DEFINE_ACC":
       names[i] = f"acc{i}"
-      line(f"{types[i]} acc{i} = {literal(u.arg, dt)}{'' if u.vec == 1 else f'-({types[i]}){{}}'};")
+      acc = literal(u.arg, dt, lang)
+      line(f"{types[i]} acc{i} = {acc if u.vec == 1 else lang.vbroadcast.format(x=acc, vt=types[i])};")
     elif op == "ACC":
       names[i] = src[0]
       line(f"{src[0]} = {expr(i, u.arg, [*src[1:], src[0]])};")
     elif op == "STORE":
       b, idx, valid = u.arg
-      val = f"f2bf({src[0]})" if prog.buffers[b][1].name == "bfloat16" else src[0]
-      store = f"{at(b, idx, u.vec)} = {val};"
+      val = src[0]
+      if isinstance(b, int) and (bdt := prog.buffers[b][1]).name in lang.store: val = lang.store[bdt.name].format(val)
+      store = f"{at(b, idx)} = {val};" if u.vec == 1 else lang.vstore.format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
       line(store if valid == 1 else f"if ({render(valid, c=True)}) {store}")
     elif op == "LOAD":
       b, idx, valid = u.arg
-      x = at(b, idx, u.vec)
-      if dt.name == "bfloat16": x = f"bf2f({x})"
-      define(i, x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt) if u.vec == 1 else f'({types[i]}){{}}'})")
+      x = at(b, idx) if u.vec == 1 else lang.vload.format(n=u.vec, p=ptr(b, idx), vt=types[i])
+      if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
+      define(i, x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
     elif op == "CAST":
       sdt = prog.uops[u.src[0]].dtype
-      define(i, cast(src[0], sdt, dt, u.arg) if u.vec == 1 else vcast(src[0], sdt, dt, types[i]))
+      define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))
     else: define(i, expr(i, u.arg, src))
-  args = [f"{storage(dt)}* restrict data{b}" for b, dt in prog.buffers] + [f"int {v.name}" for v in prog.vars]
-  return PRELUDE + vector_decls(prog) + f"void {prog.name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+  args = [f"{lang.buffer}{lang.storage_type(dt)}* restrict data{b}" for b, dt in prog.buffers] + [f"int {v.name}" for v in prog.vars]
+  attrs = f"__attribute__((reqd_work_group_size({', '.join(map(str, (list(prog.local) + [1, 1, 1])[:3]))}))) " if lang.ids else ""
+  head = launch_line(prog) if lang.ids else ""
+  return head + lang.prelude + vector_decls(prog, lang) + f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
 
-def vector_decls(prog: Program) -> str:
-  """typedefs of the vector types the program uses, each with its unaligned twin (for memory) and its lane mask, and
-  the fused multiply-add of each vector type that has MULACCs."""
-  vecs = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
-  fmas = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in ("ALU", "ACC") and u.arg == "MULACC"]
-  out = [f"typedef {ctype(dt)} {vtype(dt, vec)} __attribute__((vector_size({dt.itemsize * vec})));\n"
-         f"typedef {ctype(dt)} {vtype(dt, vec)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
-         f"typedef {MASK_LANES[dt.itemsize]} {mtype(dt.itemsize, vec)} "
-         f"__attribute__((vector_size({dt.itemsize * vec})));\n" for dt, vec in dict.fromkeys(vecs)]
-  if fmas: out.append("#if defined(__FMA__) || defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n")
-  return "".join(out + [mulacc_fn(vtype(dt, vec), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)])
+def render_c(prog: Program) -> str: return render_source(prog, C)
+def render_opencl(prog: Program) -> str: return render_source(prog, OPENCL)

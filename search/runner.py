@@ -38,19 +38,20 @@ def write_case(d: Path, k: KernelAST, var_vals: dict[str, int], seed: int) -> No
 
 
 class _Case:
-  """The runner's side: device buffers and what their output must be."""
+  """The runner's side: device buffers (the device module's alloc, filled by its copyin) and what their output must be."""
   def __init__(self, dev, d: Path, var_vals: dict[str, int]):
+    self.dev = dev
     self.k = loads((d / "kernel.json").read_text())
     self.vv, self.var_args = var_vals, [var_vals[v.name] for v in self.k.vars]
     self.inputs = [np.load(d / f"in{i}.npy", mmap_mode="r") for i in range(len(self.k.buffers))]
     self.bufs = [dev.alloc(x.size, x.dtype) for x in self.inputs]
-    for b, x in zip(self.bufs, self.inputs): b[:] = x
+    for b, x in zip(self.bufs, self.inputs): dev.copyin(b, x)
     self.want = [np.load(d / "want.npy")] + self.inputs[1:]
     self.bounds = (np.load(d / "lo.npy"), np.load(d / "hi.npy")) if (d / "lo.npy").exists() else None
     self.poison = np.array(self.inputs[0])  # buffer 0 starts poisoned
 
   def run(self, prog) -> float:
-    np.copyto(self.bufs[0], self.poison)
+    self.dev.copyin(self.bufs[0], self.poison)
     return prog.time(*self.bufs, var_vals=self.var_args)
 
   def measure(self, prog, check: bool, min_time_s: float, min_runs: int, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
@@ -62,7 +63,7 @@ class _Case:
       if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement("slow", times)
       if len(times) >= min_runs and sum(times) >= min_time_s: break
     if not check: return Measurement("ok", times)
-    if msg := compare(self.k, self.bufs, self.want, self.vv, self.bounds): return Measurement("mismatch", times, msg)
+    if msg := compare(self.k, [self.dev.copyout(b) for b in self.bufs], self.want, self.vv, self.bounds): return Measurement("mismatch", times, msg)
     return Measurement("ok", times, verified=True)
 
 

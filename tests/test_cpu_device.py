@@ -41,7 +41,7 @@ def test_compile_error(cache):
 def test_missing_compiler(monkeypatch):
   monkeypatch.setenv("TUNESVC_CC", "no-such-cc-tunesvc")
   with pytest.raises(CompileError, match="not found"): cpu.compile(DOUBLE)
-  assert not cpu.available() and registry.available() == []
+  assert not cpu.available() and "CPU" not in registry.available()
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.float32, np.float64, np.complex128])
 def test_alloc_aligned(dtype):
@@ -107,5 +107,5 @@ def test_options():
   assert LinearizerOptions.from_json(gpu.to_json()) == gpu and gpu.to_json()["local_max"] == [1024, 1024, 64]
 
 def test_registry():
-  assert registry.available() == ["CPU"] and registry.get("CPU") is cpu
+  assert registry.available()[0] == "CPU" and registry.get("CPU") is cpu
   with pytest.raises(ValueError, match="CPU"): registry.get("CUDA")

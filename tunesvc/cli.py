@@ -237,6 +237,15 @@ def cmd_demo(args) -> int:
   finally: svc.stop()
   return rc
 
+def cmd_devices(args) -> int:
+  devs = registry.describe()
+  for d in devs:
+    if args.json: print(json.dumps(d))
+    else:
+      print(f"{' '.join([d['device'], *d['aliases']])}  fingerprint {d['fingerprint_hash'][:16]}" +
+            "".join(f"\n  {k}: {v}" for k, v in d["fingerprint"].items() if k != "backend"))
+  return 0 if devs else 1
+
 def cmd_worker(args) -> int:
   from workers.worker import main as worker_main
   return worker_main(args.server, args.token or os.environ.get("TUNESVC_TOKEN"), args.device, args.lease_s)
@@ -287,6 +296,9 @@ def main(argv: Optional[list[str]] = None) -> int:
   d.add_argument("--budget-s", type=float, default=15.0, help="search seconds per kernel (default 15)")
   d.add_argument("--exit", action="store_true", help="exit after the table instead of serving the dashboard until Ctrl-C")
   d.set_defaults(fn=cmd_demo)
+  dv = sub.add_parser("devices", help="list the devices this machine can run, with their fingerprints")
+  dv.add_argument("--json", action="store_true", help="one JSON object per device")
+  dv.set_defaults(fn=cmd_devices)
   w = sub.add_parser("worker", help="claim and tune jobs for one device of this machine from a tunesvc server")
   w.add_argument("--server", required=True, metavar="URL")
   w.add_argument("--token", help="a worker token (default: TUNESVC_TOKEN)")
