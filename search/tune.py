@@ -169,6 +169,7 @@ class _Search:
         m = self.runner.measure(self.libs[c.source_hash][0], "kernel", check=False, timeout_s=max(10.0, 50 * c.min_s),
                                 min_time_s=s.min_time_s / 2, min_runs=1)
         if m.status == OK: rounds[id(c)].append(min(m.times_s))
+      if self.progress: self.progress(len(self.candidates), self.best_s)  # the caller may abandon the search here too
     med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
     win = min(finalists, key=lambda c: (med[id(c)], c is not base))
     return base, win, med, [b / w for b, w in zip(rounds[id(base)], rounds[id(win)])] or [1.0]

@@ -44,10 +44,12 @@ def worker_process(url: str, lease_s: float) -> subprocess.Popen:
 
 def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
   with Client(server, "sub") as user:
-    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", {**SEARCH, "budget_candidates": 500, "budget_s": 300})
+    # half a second of timing per candidate and 100 final rounds: a search of minutes, whatever the machine
+    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", {**SEARCH, "budget_s": 300, "min_time_s": 0.5, "final_rounds": 100})
     p = worker_process(server, 30)
     wait_for(lambda: user.job(job["job_id"])["state"] == "running")
-    time.sleep(3)  # mid-search
+    time.sleep(3)
+    assert user.job(job["job_id"])["state"] == "running"  # mid-search
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == 0, p.stderr.read()
     j = user.job(job["job_id"])
@@ -56,11 +58,11 @@ def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
 
 def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job(server):
   with Client(server, "sub") as user:
-    job, = user.submit([reduce("SUM", (1024, 1024), (1,))], "CPU", {**SEARCH, "budget_candidates": 1000, "budget_s": 15})
+    job, = user.submit([reduce("SUM", (1024, 1024), (1,))], "CPU", {**SEARCH, "budget_candidates": 1000, "budget_s": 15, "min_time_s": 0.5, "final_rounds": 20})
     a = worker_process(server, 3)
     wait_for(lambda: user.job(job["job_id"])["state"] == "running")
     time.sleep(1)
-    assert user.job(job["job_id"])["state"] == "running"  # a 15 s search: still at it
+    assert user.job(job["job_id"])["state"] == "running"  # a search of 15 s and more: still at it
     os.killpg(a.pid, signal.SIGKILL)  # the worker, its compile pool and its runner, mid-search
     a.wait()
     b = worker_process(server, 3)
