@@ -158,11 +158,11 @@ def cmd_run(args) -> int:
   return 0 if ok else 1
 
 
-def _rate(r) -> str:
-  """GFLOP/s for compute-bound kernels (more FLOPs than bytes), else GB/s, at the best time."""
-  return f"{r.flops / r.best_s / 1e9:.1f} GFLOP/s" if r.flops >= r.bytes else f"{r.bytes / r.best_s / 1e9:.1f} GB/s"
+def rate(flops: int, nbytes: int, seconds: float) -> str:
+  """GFLOP/s for compute-bound kernels (more FLOPs than bytes), else GB/s."""
+  return f"{flops / seconds / 1e9:.1f} GFLOP/s" if flops >= nbytes else f"{nbytes / seconds / 1e9:.1f} GB/s"
 
-def _opts_text(opts: list[dict]) -> str: return " ".join(f"{o['op']}{'' if o['axis'] is None else o['axis']}:{o['amt']}" for o in opts) or "-"
+def opts_text(opts: list[dict]) -> str: return " ".join(f"{o['op']}{'' if o['axis'] is None else o['axis']}:{o['amt']}" for o in opts) or "-"
 
 def cmd_tune(args) -> int:
   from rich.console import Console
@@ -202,8 +202,8 @@ def cmd_tune(args) -> int:
                           "candidates": len(r.candidates), "failed": r.failed, "search_s": r.search_s, "verified": r.verified, "cached": cached}))
       else:
         lo, hi = r.speedup_spread
-        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", _rate(r), f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f})",
-                      str(len(r.candidates)), str(r.failed), "cached" if cached else f"{r.search_s:.1f} s", _opts_text(r.best_opts))
+        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", rate(r.flops, r.bytes, r.best_s), f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f})",
+                      str(len(r.candidates)), str(r.failed), "cached" if cached else f"{r.search_s:.1f} s", opts_text(r.best_opts))
   if not args.json: Console().print(table)
   return 0 if ok else 1
 

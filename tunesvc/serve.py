@@ -57,6 +57,7 @@ def demo(svc: Service, token: Optional[str], budget_s: float) -> int:
   from rich.progress import Progress
   from rich.table import Table
   from linearizer.builders import examples
+  from tunesvc.cli import opts_text, rate
   from tunesvc.client import Client
   kernels = examples()
   with Client(svc.url, token) as c, Progress(console=Console(stderr=True), transient=True) as bar:
@@ -73,10 +74,8 @@ def demo(svc: Service, token: Optional[str], budget_s: float) -> int:
     if r is None:
       table.add_row(name, j["state"], "", "", "", "", j["error"][:60])
       continue
-    flops, nbytes = k.flops(), k.bytes()
-    rate = f"{flops / r['best_s'] / 1e9:.1f} GFLOP/s" if flops >= nbytes else f"{nbytes / r['best_s'] / 1e9:.1f} GB/s"
-    table.add_row(name, j["state"], f"{r['baseline_s'] * 1e3:.3f} ms", f"{r['best_s'] * 1e3:.3f} ms", f"{r['speedup']:.2f}x", rate,
-                  " ".join(f"{o['op']}{'' if o['axis'] is None else o['axis']}:{o['amt']}" for o in r["opts"]) or "-")
+    table.add_row(name, j["state"], f"{r['baseline_s'] * 1e3:.3f} ms", f"{r['best_s'] * 1e3:.3f} ms", f"{r['speedup']:.2f}x",
+                  rate(k.flops(), k.bytes(), r["best_s"]), opts_text(r["opts"]))
   Console(width=max(Console().width, 140)).print(table)
   print(f"dashboard: {svc.url}/   API docs: {svc.url}/docs")
   return 0 if all(j["state"] == "done" for j in states) else 1
