@@ -1,6 +1,7 @@
 """The lookup path under load: latency (p50, p99) and throughput of `GET /v1/opts/{key}` and `POST /v1/opts/lookup` at
---clients concurrent clients for --seconds, against a `tunesvc serve --workers 0` this script starts on a fresh SQLite
-database holding --kernels tuned kernels; and the local-cache hit time of `Client.opts_for`.
+--clients concurrent clients for --seconds, against a `tunesvc serve --workers 0 --api-processes N` (N: the cores) that
+this script starts on a fresh SQLite database holding --kernels tuned kernels; and the local-cache hit time of
+`Client.opts_for`.
 
   .venv/bin/python bench/api_load.py                         # 32 clients, 60 s; prints a markdown report
   .venv/bin/python bench/api_load.py --seconds 10 --clients 8
@@ -48,12 +49,13 @@ def store_tuned(url: str, n: int) -> tuple[list[str], str]:
   return list(ks), fp_hash
 
 
-def serve(db: str) -> tuple[subprocess.Popen, int]:
+def serve(db: str, api_processes: int) -> tuple[subprocess.Popen, int]:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   # its access log goes to /dev/null: a pipe nobody reads would fill and stall the server
-  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--workers", "0", "--db", db], cwd=ROOT,
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--workers", "0", "--db", db,
+                        "--api-processes", str(api_processes)], cwd=ROOT,
                        stdout=subprocess.DEVNULL, env={**os.environ, "TUNESVC_TOKENS": "", "TUNESVC_TOKENS_FILE": ""})
   url = f"http://127.0.0.1:{port}"
   for _ in range(300):
@@ -129,6 +131,7 @@ def main() -> int:
   p.add_argument("--seconds", type=float, default=60.0, help="measured seconds of load (default 60)")
   p.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
   p.add_argument("--rate", type=float, default=0.0, help="requests/s per client on a fixed schedule (default 0: as fast as answered)")
+  p.add_argument("--api-processes", type=int, default=os.cpu_count(), help="tunesvc serve --api-processes (default: the cores)")
   p.add_argument("--kernels", type=int, default=300, help="tuned kernels stored first (default 300)")
   p.add_argument("--batch", type=int, default=16, help="keys per POST /v1/opts/lookup (default 16)")
   p.add_argument("--batch-share", type=float, default=0.2, help="share of requests that are batches (default 0.2)")
@@ -142,7 +145,7 @@ def main() -> int:
     t0 = time.perf_counter()
     keys, fp = store_tuned(db, a.kernels)
     print(f"stored {len(keys)} tuned kernels in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    server, port = serve(db)
+    server, port = serve(db, a.api_processes)
     url = f"http://127.0.0.1:{port}"
     try:
       print(f"{a.clients} clients for {a.seconds:g} s (+{a.warmup:g} s warm-up) against {url}", file=sys.stderr)
@@ -152,7 +155,7 @@ def main() -> int:
       server.terminate()
       server.wait(30)
   n, secs = sum(len(v) for v in out.values()), a.seconds
-  print(f"\n`bench/api_load.py --seconds {a.seconds:g} --clients {a.clients}{f' --rate {a.rate:g}' if a.rate else ''} --kernels {a.kernels} --batch {a.batch}` on "
+  print(f"\n`bench/api_load.py --seconds {a.seconds:g} --clients {a.clients}{f' --rate {a.rate:g}' if a.rate else ''} --api-processes {a.api_processes} --kernels {a.kernels} --batch {a.batch}` on "
         f"{platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average before {load_before:.2f}\n")
   print("| request | count | throughput | p50 | p99 | max |")
   print("|---|---:|---:|---:|---:|---:|")

@@ -1,6 +1,6 @@
 """The HTTP API in-process (TestClient over a SQLite store): every endpoint's success and bad input, tokens, limits, and a
 schemathesis run over the OpenAPI schema that must find no 5xx."""
-import inspect, json, os, socket, subprocess, sys, time
+import inspect, json, os, signal, socket, subprocess, sys, time
 import httpx
 import pytest
 import schemathesis
@@ -158,6 +158,12 @@ def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
   metrics = api.get("/metrics").text
   assert 'tunesvc_lookups_total{outcome="hit"} 3.0' in metrics and 'tunesvc_lookups_total{outcome="miss"} 3.0' in metrics
   assert 'tunesvc_jobs{state="done"} 1.0' in metrics
+  assert 'tunesvc_requests_total{method="GET",route="/v1/opts/{kernel_key}",status="200"} 1.0' in metrics  # the fast path is counted
+  # a repeated parameter is not the fast path's plain form: FastAPI's route answers it, as the fast path would have
+  assert api.get(f"/v1/opts/{k.key}?fingerprint={h}&fingerprint={h}").json() == opts
+  miss = api.get(f"/v1/opts/{k.key}", params={"fingerprint": CUDA_HASH, "action_space_version": 1})
+  assert api.get(f"/v1/opts/{k.key}?fingerprint={CUDA_HASH}&fingerprint={CUDA_HASH}&action_space_version=1").json() == miss.json()
+  assert miss.json()["detail"] == f"kernel {k.key} is not tuned for fingerprint {CUDA_HASH} at action-space version 1"
   assert 'tunesvc_requests_total{method="POST",route="/v1/workers/{worker_id}/report",status="200"} 2.0' in metrics
 
 
@@ -327,3 +333,20 @@ def test_served_responses_are_not_held_back_by_nagle(tmp_path):
       conn, = svc.server.server_state.connections
       assert conn.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
   finally: svc.stop()
+
+
+def test_several_api_processes_serve_one_port_and_sum_their_metrics(tmp_path):
+  from tunesvc.serve import Service
+  svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/multi.db"), port=0, workers=0, api_processes=2).start()
+  k, (_, h) = example("sum_all"), cpu_fingerprint()
+  try:
+    for stopped in svc.apis:  # each process in turn is the only one accepting: both answer, and both count
+      os.kill(stopped.pid, signal.SIGSTOP)
+      try:
+        for _ in range(5): assert httpx.get(f"{svc.url}/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404
+      finally: os.kill(stopped.pid, signal.SIGCONT)
+    metrics = httpx.get(f"{svc.url}/metrics").text
+    assert 'tunesvc_requests_total{method="GET",route="/v1/opts/{kernel_key}",status="404"} 10.0' in metrics
+    assert 'tunesvc_lookups_total{outcome="miss"} 10.0' in metrics and 'tunesvc_jobs{state="queued"} 0.0' in metrics
+  finally: svc.stop()
+  assert all(not p.is_alive() for p in svc.apis) and not os.path.exists(svc.metrics_dir)

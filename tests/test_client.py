@@ -1,6 +1,6 @@
 """The client library against a real server (uvicorn on a loopback port): the user and worker calls, and opts_for's
 local cache (hits without network, misses, offline, cross-process safety, the cost of a hit)."""
-import json, socket, subprocess, sys, threading, time
+import json, os, socket, subprocess, sys, threading, time
 import pytest
 from search_results import cpu_fingerprint, example, search_result
 from tunesvc.cache import OptsCache
@@ -52,6 +52,27 @@ def test_opts_for_asks_the_server_once_then_answers_from_the_cache(server, tmp_p
     assert offline.opts_for(k, h, 1) == job["result"]["opts"] and offline.opts_for(k.key, h, 1) == job["result"]["opts"]
     assert offline._down_until == 0.0  # the hit never tried the network
     assert offline.opts_for(k, h, 2) is None  # another action-space version is another answer
+
+
+def test_an_old_cached_answer_is_asked_again_and_stands_while_the_server_has_none_newer(server, tmp_path):
+  k, (_, h) = example("softmax_div"), cpu_fingerprint()
+  old = {"kernel_key": k.key, "fingerprint": h, "action_space_version": 1, "opts": [{"op": "UPCAST", "axis": 0, "amt": 2}],
+         "best_s": 1.0, "baseline_s": 2.0}
+  cache = OptsCache(tmp_path)
+  cache.put(old)
+  path = cache.path(k.key, h, 1)
+  os.utime(path, (time.time() - 7200,) * 2)  # written two hours ago
+  with Client("http://127.0.0.1:9", cache_dir=tmp_path) as fresh:
+    assert fresh.opts_for(k, h, 1) == old["opts"] and fresh._down_until == 0.0  # younger than a day: not asked
+  with Client("http://127.0.0.1:9", cache_dir=tmp_path, refresh_s=3600) as offline:
+    assert offline.opts_for(k, h, 1) == old["opts"]  # past its refresh age, but no server answers: it stands
+    assert offline._down_until > 0.0  # the server was asked
+  with Client(server, cache_dir=tmp_path, refresh_s=3600) as c:
+    assert c.opts_for(k, h, 1) == old["opts"]  # the server has none: the old answer stands
+  job = tune(server, k)
+  with Client(server, cache_dir=tmp_path, refresh_s=3600) as c:
+    assert c.opts_for(k, h, 1) == job["result"]["opts"] != old["opts"]  # a newer search's answer replaces it
+    assert cache.get(k.key, h, 1, max_age_s=60)["opts"] == job["result"]["opts"]
 
 
 def test_a_miss_answers_none_and_can_queue_the_kernel(server, tmp_path):

@@ -1,8 +1,8 @@
 """The runtime's local answers: one small JSON file per (action-space version, fingerprint, kernel key) under the user's
 cache dir. A write goes to a temporary file that is renamed into place, so every process and thread reads a whole answer
-or none, without locks; a hit is one open and one read."""
+or none, without locks; a hit is one open and one read (and an fstat where the caller bounds the answer's age)."""
 from __future__ import annotations
-import json, os, re, tempfile
+import json, math, os, re, tempfile, time
 from pathlib import Path
 from typing import Optional
 import platformdirs
@@ -20,10 +20,13 @@ class OptsCache:
       raise ValueError(f"a kernel key and a fingerprint are sha256 hex, a version an int: {key[:70]!r} {fingerprint[:70]!r} {version!r}")
     return f"{self.root}/v{version}/{fingerprint}/{key}.json"
 
-  def get(self, key: str, fingerprint: str, version: int) -> Optional[dict]:
+  def get(self, key: str, fingerprint: str, version: int, max_age_s: float = math.inf) -> Optional[dict]:
+    """The stored answer; None where there is none, or it was written more than max_age_s ago."""
     path = self.path(key, fingerprint, version)
     try:
-      with open(path, "rb") as f: return json.loads(f.read())
+      with open(path, "rb") as f:
+        if max_age_s < math.inf and time.time() - os.fstat(f.fileno()).st_mtime > max_age_s: return None
+        return json.loads(f.read())
     except (FileNotFoundError, ValueError): return None  # a damaged file reads as a miss and is replaced by the next answer
 
   def put(self, answer: dict) -> None:

@@ -218,7 +218,8 @@ def cmd_serve(args) -> int:
   settings = _service_settings(args)
   if not settings.tokens and args.host not in ("127.0.0.1", "localhost", "::1"):
     print(f"WARNING: no tokens configured (TUNESVC_TOKENS): anyone who reaches {args.host}:{args.port} may do everything", file=sys.stderr)
-  svc = Service(settings, args.host, args.port, args.workers, log_level="info").start()
+  svc = Service(settings, args.host, args.port, args.workers, log_level="info", api_processes=args.api_processes,
+                access_log=args.access_log).start()
   print(f"tunesvc on {svc.url} (dashboard {svc.url}/, API docs {svc.url}/docs); workers: {len(svc.procs)} on {svc.devices}", flush=True)
   svc.wait_for_signal()
   svc.stop()
@@ -289,6 +290,8 @@ def main(argv: Optional[list[str]] = None) -> int:
   sv.add_argument("--port", type=int, default=8000)
   sv.add_argument("--db", metavar="URL", help="database URL, e.g. postgresql+psycopg://user@host/db (or TUNESVC_DATABASE_URL)")
   sv.add_argument("--workers", type=int, default=1, help="local worker processes per device found (0: the API only)")
+  sv.add_argument("--api-processes", type=int, default=1, metavar="N", help="API processes sharing the port (default 1; one per core serves the most lookups)")
+  sv.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs more than a lookup)")
   sv.set_defaults(fn=cmd_serve)
   d = sub.add_parser("demo", help="serve, tune the example kernels with a local CPU worker, print the table and the dashboard URL")
   d.add_argument("--port", type=int, default=8000)

@@ -11,6 +11,7 @@ from tunesvc.cache import OptsCache
 
 log = logging.getLogger("tunesvc.client")
 RETRY_S = 30.0  # after a miss or an unreachable server, opts_for answers None for this long without asking again
+REFRESH_S = 24 * 3600.0  # a cached answer older than this is asked again: a later search may have found faster opts
 
 
 def _doc(k: KernelAST | dict) -> dict: return k.to_json() if isinstance(k, KernelAST) else k
@@ -23,9 +24,9 @@ class ServiceError(RuntimeError):
 
 class Client:
   def __init__(self, url: str = "http://127.0.0.1:8000", token: Optional[str] = None, timeout: float = 30.0,
-               lookup_timeout: float = 0.5, cache_dir: str | Path | None = None):
+               lookup_timeout: float = 0.5, cache_dir: str | Path | None = None, refresh_s: float = REFRESH_S):
     self.http = httpx.Client(base_url=url, timeout=timeout, headers={"Authorization": f"Bearer {token}"} if token else {})
-    self.lookup_timeout, self.cache = lookup_timeout, OptsCache(cache_dir)
+    self.lookup_timeout, self.cache, self.refresh_s = lookup_timeout, OptsCache(cache_dir), refresh_s
     self._ask_after: dict[tuple[str, str, int], float] = {}  # misses not to ask about again yet
     self._down_until = 0.0
 
@@ -87,23 +88,27 @@ class Client:
                submit: Optional[str] = None) -> Optional[list[dict]]:
     """The tuned opts of `kernel` (an AST or its key) on this device fingerprint, or None: then run the hand-coded ones.
     Asks the local cache, then the server (a short timeout; never raises for the network), and with `submit` (a device
-    selector such as "CPU") queues a tuning job for a kernel the server has no answer for."""
+    selector such as "CPU") queues a tuning job for a kernel the server has no answer for. A cached answer older than
+    `refresh_s` is asked again, and stands where the server has none newer or does not answer."""
     key = kernel if isinstance(kernel, str) else kernel.key
-    if (hit := self.cache.get(key, fingerprint, action_space_version)) is not None: return hit["opts"]
-    now, q = time.monotonic(), (key, fingerprint, action_space_version)
-    if now < self._down_until or now < self._ask_after.get(q, 0.0): return None
+    q = (key, fingerprint, action_space_version)
+    if (hit := self.cache.get(*q, max_age_s=self.refresh_s)) is not None: return hit["opts"]
+    # an answer past its refresh age is still a verified kernel: it stands whenever the server gives no newer one
+    stale = None if (old := self.cache.get(*q)) is None else old["opts"]
+    now = time.monotonic()
+    if now < self._down_until or now < self._ask_after.get(q, 0.0): return stale
     try:
       answer = self.lookup(fingerprint, [key], action_space_version=action_space_version, timeout=self.lookup_timeout)[0]
       if answer is not None:
         if (answer["kernel_key"], answer["fingerprint"], answer["action_space_version"]) != q: raise ValueError(f"answered {answer}")
         self.cache.put(answer)
     except Exception as e:  # whatever the network or the server does, the kernel runs: with the hand-coded opts
-      log.warning("tunesvc at %s: %s; running hand-coded opts for %.0fs", self.http.base_url, e, RETRY_S)
+      log.warning("tunesvc at %s: %s; running %s opts for %.0fs", self.http.base_url, e, "hand-coded" if stale is None else "cached", RETRY_S)
       self._down_until = now + RETRY_S
-      return None
+      return stale
     if answer is not None: return answer["opts"]
     self._ask_after[q] = now + RETRY_S
-    if submit is not None and isinstance(kernel, KernelAST):
+    if stale is None and submit is not None and isinstance(kernel, KernelAST):
       try: self.submit([kernel], submit, timeout=self.lookup_timeout)
       except (httpx.HTTPError, ServiceError) as e: log.warning("could not queue kernel %s for tuning: %s", key, e)
-    return None
+    return stale

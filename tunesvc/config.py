@@ -27,13 +27,15 @@ class Settings:
   max_body_bytes: int = 8 << 20
   max_attempts: int = 3                # failed attempts (lapsed leases, reported failures) before a job fails
   sweep_s: float = 5.0                 # how often lapsed leases are swept when no claim does it first
+  answer_ttl_s: float = 1.0            # an API process keeps a lookup's answer this long (0: never); see api/opts.py
 
   @staticmethod
   def from_env(env: Mapping[str, str] = os.environ) -> Settings:
     """TUNESVC_DATABASE_URL, TUNESVC_TOKENS ('tok:role,...'), TUNESVC_TOKENS_FILE, TUNESVC_OPEN_LOOKUPS (0/1),
-    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS."""
+    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S."""
     tokens = parse_tokens(env.get("TUNESVC_TOKENS", ""))
     if path := env.get("TUNESVC_TOKENS_FILE"): tokens |= parse_tokens(Path(path).read_text())
     return Settings(database_url=env.get("TUNESVC_DATABASE_URL") or None, tokens=tokens,
                     open_lookups=env.get("TUNESVC_OPEN_LOOKUPS", "1") != "0",
-                    max_body_bytes=int(env.get("TUNESVC_MAX_BODY_BYTES", 8 << 20)), max_attempts=int(env.get("TUNESVC_MAX_ATTEMPTS", 3)))
+                    max_body_bytes=int(env.get("TUNESVC_MAX_BODY_BYTES", 8 << 20)), max_attempts=int(env.get("TUNESVC_MAX_ATTEMPTS", 3)),
+                    answer_ttl_s=float(env.get("TUNESVC_ANSWER_TTL_S", 1.0)))

@@ -1,19 +1,31 @@
 """`tunesvc serve` and `tunesvc demo`: the API and one local worker process per device, on one machine.
 
-The API runs in a thread of this process (uvicorn), the workers as child processes. On SIGINT or SIGTERM the workers
-stop first -- each gives its job back to the queue, which needs the API still up -- and then the API."""
+The API runs in a thread of this process (uvicorn), or with api_processes > 1 in that many spawned processes that
+accept on the one listening socket (the kernel spreads connections among them; one Python process is one core); the
+workers are child processes. On SIGINT or SIGTERM the workers stop first -- each gives its job back to the queue, which
+needs the API still up -- and then the API."""
 from __future__ import annotations
-import dataclasses, os, secrets, signal, socket, subprocess, sys, threading, time
+import contextlib, dataclasses, multiprocessing, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 from typing import Optional
+import httpx
 import uvicorn
 from devices import registry
+from search.pool import die_with_parent
 from tunesvc.api import create_app
 from tunesvc.config import Settings
 
 
+def _server(settings: Settings, log_level: str, access_log: bool) -> uvicorn.Server:
+  return uvicorn.Server(uvicorn.Config(create_app(settings), log_level=log_level, access_log=access_log))
+
+def _api_process(settings: Settings, sock: socket.socket, log_level: str, access_log: bool) -> None:
+  die_with_parent()
+  _server(settings, log_level, access_log).run(sockets=[sock])
+
+
 class Service:
   def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
-               devices: Optional[list[str]] = None, log_level: str = "warning"):
+               devices: Optional[list[str]] = None, log_level: str = "warning", api_processes: int = 1, access_log: bool = False):
     # local workers get a token of their own where tokens are in force
     self.worker_token = secrets.token_urlsafe(24) if settings.tokens else None
     if self.worker_token: settings = dataclasses.replace(settings, tokens={**settings.tokens, self.worker_token: "worker"})
@@ -24,13 +36,34 @@ class Service:
     try: self.sock.bind((host, port))
     except OSError as e: raise SystemExit(f"ERROR cannot listen on {host}:{port}: {e.strerror} (choose another --port)") from None
     self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.sock.getsockname()[1]}"
-    self.server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level=log_level))
+    if api_processes < 1: raise SystemExit(f"ERROR --api-processes must be at least 1, not {api_processes}")
+    # an access log line per request costs more than a lookup: off unless asked for (/metrics counts requests)
+    self.api_args, self.api_processes, self.apis = (settings, log_level, access_log), api_processes, []
+    self.server = _server(*self.api_args) if api_processes == 1 else None
+    # several processes count requests in files there, and /metrics sums them (prometheus_client's multiprocess mode)
+    self.metrics_dir = tempfile.mkdtemp(prefix="tunesvc-metrics-") if api_processes > 1 else None
     self.devices = registry.available() if devices is None else devices
     self.n_workers, self.procs = workers, []
 
+  def _start_api(self) -> multiprocessing.Process:
+    p = multiprocessing.get_context("spawn").Process(target=_api_process, args=(self.api_args[0], self.sock, *self.api_args[1:]), daemon=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir  # read when the child imports prometheus_client
+    try: p.start()
+    finally: del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    return p
+
   def start(self) -> Service:
-    threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True).start()
-    while not self.server.started: time.sleep(0.01)
+    if self.server is not None:
+      threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True).start()
+      while not self.server.started: time.sleep(0.01)
+    else:
+      self.sock.listen(2048)  # connections wait in the backlog until a process accepts them
+      self.apis = [self._start_api() for _ in range(self.api_processes)]
+      for _ in range(600):
+        with contextlib.suppress(httpx.HTTPError):
+          if httpx.get(f"{self.url}/healthz").status_code == 200: break
+        time.sleep(0.05)
+      else: raise SystemExit(f"ERROR the API processes did not answer on {self.url}")
     env = {**os.environ, **({"TUNESVC_TOKEN": self.worker_token} if self.worker_token else {})}
     for device in self.devices:
       for _ in range(self.n_workers):
@@ -42,13 +75,22 @@ class Service:
     for p in self.procs:
       try: p.wait(60)
       except subprocess.TimeoutExpired: p.kill()
-    self.server.should_exit = True
+    if self.server is not None: self.server.should_exit = True
+    for p in self.apis: p.terminate()
+    for p in self.apis:
+      p.join(10)
+      if p.is_alive(): p.kill()
+    if self.metrics_dir: shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
   def wait_for_signal(self) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM): signal.signal(sig, lambda *_: stop.set())
     while not stop.wait(1):
       if any(p.poll() is not None for p in self.procs): print(f"WARNING: a worker exited: {[p.returncode for p in self.procs]}", file=sys.stderr)
+      for i, p in enumerate(self.apis):
+        if not p.is_alive():
+          print(f"WARNING: API process {p.pid} exited ({p.exitcode}); starting another", file=sys.stderr)
+          self.apis[i] = self._start_api()
 
 
 def demo(svc: Service, token: Optional[str], budget_s: float) -> int:

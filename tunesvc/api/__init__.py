@@ -5,7 +5,7 @@ import asyncio, contextlib, json, logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException
 from tunesvc.api import dashboard, kernels, opts, status, workers
@@ -52,9 +52,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   app = FastAPI(title="tunesvc", version="1", description="Kernel autotuning as a service.", lifespan=lifespan,
                 max_body_size=settings.max_body_bytes)
   app.state.settings, app.state.store, app.state.metrics = settings, st, Metrics(st)
+  app.state.recent_answers = opts.RecentAnswers(settings.answer_ttl_s)
   for r in (kernels.router, opts.router, workers.router, status.router, dashboard.router): app.include_router(r)
   app.mount("/static", dashboard.static)
-  app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+  app.add_middleware(opts.FastLookup, state=app.state)
+  app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # added last: outermost, so it counts the fast lookups too
   app.add_exception_handler(RequestValidationError, invalid_request)
   app.add_exception_handler(HTTPException, lambda _, e: error(e.status_code, e.detail, e.headers))
   app.add_exception_handler(queue.NotFound, lambda _, e: error(404, str(e)))
@@ -69,6 +71,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return {"ok": True}
 
   @app.get("/metrics", tags=["service"], response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-  def metrics() -> Response: return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+  def metrics() -> Response: return Response(app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
   return app

@@ -1,7 +1,9 @@
-"""Prometheus metrics, one registry per app: requests by route and status, their latency, lookups, jobs by state."""
+"""Prometheus metrics, one registry per app: requests by route and status, their latency, lookups, jobs by state. Where
+several API processes serve one port (PROMETHEUS_MULTIPROC_DIR set before prometheus_client was imported), each writes
+its counts to files there and a scrape sums them all."""
 from __future__ import annotations
-import time
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import os, time
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from starlette.types import ASGIApp, Receive, Scope, Send
 from tunesvc.store import Store, reads
@@ -17,6 +19,13 @@ class Metrics:
     self.lookups = Counter("tunesvc_lookups", "kernel keys looked up", ["outcome"], registry=self.registry)
     self.store = st
     self.registry.register(self)
+
+  def exposition(self) -> bytes:
+    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ: return generate_latest(self.registry)
+    every = CollectorRegistry()
+    multiprocess.MultiProcessCollector(every)
+    every.register(self)  # the jobs, from the store
+    return generate_latest(every)
 
   def collect(self):
     """Jobs by state, counted in the store at scrape time (every API process sees the same numbers)."""

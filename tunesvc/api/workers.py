@@ -40,6 +40,7 @@ def report(worker_id: IdPath, body: ReportRequest, request: Request):
     j = queue.fail(st, worker_id, body.job_id, body.error, body.retry)
     return ReportOut(job_id=j.id, state=j.state, result_id=None)
   r, duplicate = queue.report(st, worker_id, body.job_id, body.result)
+  request.app.state.recent_answers.clear()  # the new best is answered at once, here
   return ReportOut(job_id=r.job_id, state="done", result_id=r.id, duplicate=duplicate)
 
 
