@@ -30,18 +30,9 @@ TOKENS = {"sub": "submit", "wrk": "worker"}  # the tokens the `server` fixture k
 
 @pytest.fixture
 def server(tmp_path):
-  """A real API server on SQLite, on a free loopback port (uvicorn in a thread): its URL."""
-  import socket, threading, time
-  import uvicorn
-  from tunesvc.api import create_app
+  """A real API server on SQLite, on a free loopback port (tunesvc serve's API thread, no local worker): its URL."""
   from tunesvc.config import Settings
-  app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/client.db", tokens=TOKENS))
-  sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY (see tunesvc/serve.py)
-  sock.bind(("127.0.0.1", 0))
-  srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-  t = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-  t.start()
-  while not srv.started: time.sleep(0.01)
-  yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-  srv.should_exit = True
-  t.join(10)
+  from tunesvc.serve import Service
+  svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/client.db", tokens=TOKENS), port=0, workers=0).start()
+  yield svc.url
+  svc.stop()

@@ -54,7 +54,8 @@ class Service:
 
   def start(self) -> Service:
     if self.server is not None:
-      threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True).start()
+      self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+      self.thread.start()
       while not self.server.started: time.sleep(0.01)
     else:
       self.sock.listen(2048)  # connections wait in the backlog until a process accepts them
@@ -75,7 +76,9 @@ class Service:
     for p in self.procs:
       try: p.wait(60)
       except subprocess.TimeoutExpired: p.kill()
-    if self.server is not None: self.server.should_exit = True
+    if self.server is not None:
+      self.server.should_exit = True
+      self.thread.join(10)
     for p in self.apis: p.terminate()
     for p in self.apis:
       p.join(10)
