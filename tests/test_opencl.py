@@ -89,3 +89,16 @@ def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures():
   # UPCASTMID fits only a grouped axis it divides and rarely gets drawn: SCHEDULES above has it
   uses = {op: sum(any(o.op == op for o in c.opts) for c in cases) for op in ("LOCAL", "GROUP", "GROUPTOP", "NOLOCALS", "PADTO")}
   assert len(cases) == 300 and min(uses.values()) >= 10, uses
+
+
+def test_hand_coded_gpu_schedules_group_and_use_locals_and_match_the_reference(corpus):
+  import math, random
+  from linearizer.heuristic import hand_coded_optimizations
+  from linearizer.kernel import Kernel
+  hand = lambda k: hand_coded_optimizations(Kernel(k, opencl.options()))
+  named = {"matvec": matmul(1, 256, 512), "vecmat": matmul(1, 256, 512, transpose_b=True), "sum": reduce("SUM", (1 << 16,), (0,)),
+           "matmul": matmul(64, 48, 80)}
+  assert {n: {o.op for o in hand(k)} for n, k in named.items()} == {
+    "matvec": {"GROUP", "LOCAL", "UPCAST"}, "vecmat": {"GROUP", "LOCAL", "UPCAST"}, "sum": {"GROUPTOP"}, "matmul": {"UPCAST", "UNROLL", "LOCAL"}}
+  small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 1_000_000]
+  for k in list(named.values()) + [k.rebased() for k in random.Random(2).sample(small, 40)]: run(k, hand(k))
