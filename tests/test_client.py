@@ -80,12 +80,13 @@ def test_a_miss_answers_none_and_can_queue_the_kernel(server, tmp_path):
   lookups = lambda: sum(float(line.split()[-1]) for line in Client(server).http.get("/metrics").text.splitlines()
                         if line.startswith("tunesvc_lookups_total"))
   with Client(server, "sub", cache_dir=tmp_path) as c:
-    assert c.opts_for(k, h, 1, submit="CPU") is None
-    assert [j["kernel_key"] for j in Client(server, "sub").submit([k])] == [k.key]
+    assert c.opts_for(k, h, 1, submit=True) is None
+    job, = Client(server, "sub").kernel(k.key)["jobs"]  # queued by opts_for, for exactly this fingerprint
+    assert job["device"] == h and job["state"] == "queued"
     asked = lookups()
-    assert c.opts_for(k, h, 1, submit="CPU") is None and lookups() == asked  # a recent miss is not asked again
+    assert c.opts_for(k, h, 1, submit=True) is None and lookups() == asked  # a recent miss is not asked again
   with Client(server, cache_dir=tmp_path) as c:  # no token: the lookup is open, the submission is refused and logged
-    assert c.opts_for(example("sum_all"), h, 1, submit="CPU") is None
+    assert c.opts_for(example("sum_all"), h, 1, submit=True) is None
   assert Client(server, "sub").http.get("/v1/kernels", params={"name": "sum_all"}).json()["kernels"] == []
 
 

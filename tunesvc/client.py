@@ -85,10 +85,11 @@ class Client:
 
   # the runtime
   def opts_for(self, kernel: KernelAST | str, fingerprint: str, action_space_version: int,
-               submit: Optional[str] = None) -> Optional[list[dict]]:
+               submit: bool = False) -> Optional[list[dict]]:
     """The tuned opts of `kernel` (an AST or its key) on this device fingerprint, or None: then run the hand-coded ones.
-    Asks the local cache, then the server (a short timeout; never raises for the network), and with `submit` (a device
-    selector such as "CPU") queues a tuning job for a kernel the server has no answer for. A cached answer older than
+    Asks the local cache, then the server (a short timeout; never raises for the network), and with `submit` queues a
+    tuning job for a kernel the server has no answer for, on exactly this fingerprint: a worker on another model of the
+    device would find opts that this one does not look up. A cached answer older than
     `refresh_s` is asked again, and stands where the server has none newer or does not answer."""
     key = kernel if isinstance(kernel, str) else kernel.key
     q = (key, fingerprint, action_space_version)
@@ -108,7 +109,7 @@ class Client:
       return stale
     if answer is not None: return answer["opts"]
     self._ask_after[q] = now + RETRY_S
-    if stale is None and submit is not None and isinstance(kernel, KernelAST):
-      try: self.submit([kernel], submit, timeout=self.lookup_timeout)
+    if stale is None and submit and isinstance(kernel, KernelAST):
+      try: self.submit([kernel], fingerprint, timeout=self.lookup_timeout)
       except (httpx.HTTPError, ServiceError) as e: log.warning("could not queue kernel %s for tuning: %s", key, e)
     return stale

@@ -19,11 +19,12 @@ def default_client():
   return Client(url, os.environ.get("TUNESVC_TOKEN")) if (url := os.environ.get("TUNESVC_URL")) else None
 
 
-def opts_for(kernel: KernelAST, device: str = "CPU", client=None) -> Optional[list[dict]]:
-  """The tuned opts for this kernel on this device's fingerprint, or None (untuned, or no service)."""
+def opts_for(kernel: KernelAST, device: str = "CPU", client=None, submit: bool = False) -> Optional[list[dict]]:
+  """The tuned opts for this kernel on this device's fingerprint, or None (untuned, or no service); with `submit`, an
+  untuned kernel is queued for tuning on this fingerprint."""
   if (client := client or default_client()) is None: return None
   dev = registry.get(device)
-  return client.opts_for(kernel, dev.fingerprint_hash(dev.fingerprint()), ACTION_SPACE_VERSION)
+  return client.opts_for(kernel, dev.fingerprint_hash(dev.fingerprint()), ACTION_SPACE_VERSION, submit)
 
 
 def compile_kernel(kernel: KernelAST, device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None):
@@ -37,9 +38,9 @@ def compile_kernel(kernel: KernelAST, device: str = "CPU", opts: Optional[Sequen
 
 
 def run_kernel(kernel: KernelAST, buffers: Sequence[np.ndarray], device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None,
-               var_vals: Optional[Mapping[str, int]] = None, client=None) -> None:
+               var_vals: Optional[Mapping[str, int]] = None, client=None, submit: bool = False) -> None:
   """Compute `kernel` into buffers[0]. `opts` None: the tuned ones from `client` (default: TUNESVC_URL's) or, where
-  there are none, the hand-coded schedule."""
+  there are none, the hand-coded schedule (and with `submit` the kernel is queued for tuning on this device)."""
   vv = kernel.var_vals(var_vals)
-  _, prog, _ = compile_kernel(kernel, device, opts if opts is not None else opts_for(kernel, device, client))
+  _, prog, _ = compile_kernel(kernel, device, opts if opts is not None else opts_for(kernel, device, client, submit))
   prog(*buffers, var_vals=[vv[v.name] for v in kernel.vars])
