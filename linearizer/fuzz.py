@@ -87,8 +87,13 @@ def draw_opts(k: Kernel, rng: random.Random) -> list[Opt]:
   want = rng.randint(0, MAX_OPTS)
   for _ in range(MAX_DRAWS):
     if len(k.applied_opts) >= want: break
-    op = rng.choice(illegal if illegal and rng.random() < ILLEGAL_RATE else allowed)
-    opt = Opt(op, None if op == "NOLOCALS" else rng.randint(0, k.shape_len), rng.choice(AMTS))  # shape_len: one past the end
+    # UPCASTMID fits only a grouped axis it divides: offered often once there is one
+    if k.group_for_reduces and "UPCASTMID" in allowed and rng.random() < 0.3: op = "UPCASTMID"
+    else: op = rng.choice(illegal if illegal and rng.random() < ILLEGAL_RATE else allowed)
+    if op == "NOLOCALS" and rng.random() < 0.75: continue  # always legal until locals are used: it would crowd them out
+    # an axis up to one past the end; UPCASTMID's among the grouped axes (and one past them), where alone it can be legal
+    axis = None if op == "NOLOCALS" else k.first_reduce + rng.randint(0, k.group_for_reduces) if op == "UPCASTMID" else rng.randint(0, k.shape_len)
+    opt = Opt(op, axis, rng.choice(AMTS))
     try: k.apply_opt(opt)
     except OptError: continue
     except Exception: return k.applied_opts + [opt]

@@ -86,8 +86,7 @@ def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures():
   kernels, _ = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=40, seed=1, max_positions=100_000)
   with F.Pool(jobs=2, device="OPENCL", timeout=120, max_positions=100_000) as pool: cases = list(pool.run(F.undrawn(kernels, 300, 1)))
   assert [f"{c.status} {F.describe(c)}: {c.message[:400]}" for c in cases if c.status != "PASS"] == []
-  # UPCASTMID fits only a grouped axis it divides and rarely gets drawn: SCHEDULES above has it
-  uses = {op: sum(any(o.op == op for o in c.opts) for c in cases) for op in ("LOCAL", "GROUP", "GROUPTOP", "NOLOCALS", "PADTO")}
+  uses = {op: sum(any(o.op == op for o in c.opts) for c in cases) for op in ("LOCAL", "GROUP", "GROUPTOP", "UPCASTMID", "NOLOCALS", "PADTO")}
   assert len(cases) == 300 and min(uses.values()) >= 10, uses
 
 
