@@ -53,9 +53,15 @@ def test_submit_answers_a_job_per_kernel_and_identical_requests_share_it(api):
                                  "final_rounds": 7, "seed": 0} and jobs[0]["result"] is None  # the defaults, spelled out
   assert [j["job_id"] for j in submit(api, ks, search={"budget_s": 60.0})] == [j["job_id"] for j in jobs]  # defaults fill in
   assert submit(api, ks[:1], search={"beam": 4})[0]["job_id"] not in {j["job_id"] for j in jobs}
+  versioned, = submit(api, ks[:1], search={"action_space_version": 1})  # a runtime's request: its own job, for that version
+  assert versioned["job_id"] not in {j["job_id"] for j in jobs} and versioned["settings"]["action_space_version"] == 1
   got = api.get(f"/v1/jobs/{jobs[0]['job_id']}", headers=SUB).json()
   assert {k: got[k] for k in ("job_id", "kernel_key", "state", "error", "result")} == \
          {"job_id": jobs[0]["job_id"], "kernel_key": ks[0].key, "state": "queued", "error": "", "result": None}
+  wid, claimed = register(api), []
+  while (r := api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 2}, headers=WRK)).status_code == 200: claimed.append(r.json()["job_id"])
+  assert len(claimed) == len(ks) + 1 and versioned["job_id"] not in claimed  # a worker of version 2 leaves it
+  assert api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 1}, headers=WRK).json()["job_id"] == versioned["job_id"]
 
 
 def test_submit_names_every_invalid_kernel_by_index_and_json_path(api):

@@ -81,8 +81,8 @@ def test_a_miss_answers_none_and_can_queue_the_kernel(server, tmp_path):
                         if line.startswith("tunesvc_lookups_total"))
   with Client(server, "sub", cache_dir=tmp_path) as c:
     assert c.opts_for(k, h, 1, submit=True) is None
-    job, = Client(server, "sub").kernel(k.key)["jobs"]  # queued by opts_for, for exactly this fingerprint
-    assert job["device"] == h and job["state"] == "queued"
+    job, = Client(server, "sub").kernel(k.key)["jobs"]  # queued by opts_for, for exactly this fingerprint and version
+    assert job["device"] == h and job["state"] == "queued" and job["settings"]["action_space_version"] == 1
     asked = lookups()
     assert c.opts_for(k, h, 1, submit=True) is None and lookups() == asked  # a recent miss is not asked again
   with Client(server, cache_dir=tmp_path) as c:  # no token: the lookup is open, the submission is refused and logged

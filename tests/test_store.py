@@ -80,6 +80,16 @@ def test_claims_follow_the_device_selector_then_priority_then_age(store, cpu_wor
   with pytest.raises(queue.NotFound): queue.claim(store, 999, 60)
 
 
+def test_a_worker_is_given_no_job_that_asks_for_another_action_space_version(store, cpu_worker):
+  mm, sm, ma = example("matmul_512"), example("sum_all"), example("mul_add_16m")
+  (v2, _), = queue.submit(store, [mm], "CPU", {"beam": 2, "action_space_version": 2})
+  (v1, _), = queue.submit(store, [sm], "CPU", {"beam": 2, "action_space_version": 1})
+  (any_version, _), = queue.submit(store, [ma], "CPU", {"beam": 2})
+  assert [queue.claim(store, cpu_worker.id, 60, 1)[0].id for _ in range(2)] == [v1.id, any_version.id]
+  assert queue.claim(store, cpu_worker.id, 60, 1) is None  # v2 waits for a worker of version 2
+  assert queue.claim(store, cpu_worker.id, 60, 2)[0].id == v2.id
+
+
 def test_a_report_stores_result_measurements_and_best_once(store, cpu_worker):
   (job, _), = queue.submit(store, [example("matmul_512")], "CPU", {})
   queue.claim(store, cpu_worker.id, 60)

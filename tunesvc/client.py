@@ -64,9 +64,10 @@ class Client:
     return self._call("POST", "/v1/workers", json={"name": name, "device": device, "fingerprint": fingerprint,
                                                     "fingerprint_hash": fingerprint_hash}).json()["worker_id"]
 
-  def claim(self, worker_id: int, lease_s: float = 60.0) -> Optional[dict]:
-    """{"job_id", "kernel_key", "kernel", "settings", "lease_expires", ...}, or None when no job waits for this device."""
-    r = self._call("POST", f"/v1/workers/{worker_id}/claim", json={"lease_s": lease_s})
+  def claim(self, worker_id: int, lease_s: float = 60.0, action_space_version: Optional[int] = None) -> Optional[dict]:
+    """{"job_id", "kernel_key", "kernel", "settings", "lease_expires", ...}, or None when no job waits for this device
+    (and, given the worker's action-space version, for that version)."""
+    r = self._call("POST", f"/v1/workers/{worker_id}/claim", json={"lease_s": lease_s, "action_space_version": action_space_version})
     return None if r.status_code == 204 else r.json()
 
   def heartbeat(self, worker_id: int, job_id: int, lease_s: float = 60.0) -> dict:
@@ -110,6 +111,6 @@ class Client:
     if answer is not None: return answer["opts"]
     self._ask_after[q] = now + RETRY_S
     if stale is None and submit and isinstance(kernel, KernelAST):
-      try: self.submit([kernel], fingerprint, timeout=self.lookup_timeout)
+      try: self.submit([kernel], fingerprint, {"action_space_version": action_space_version}, timeout=self.lookup_timeout)
       except (httpx.HTTPError, ServiceError) as e: log.warning("could not queue kernel %s for tuning: %s", key, e)
     return stale

@@ -6,6 +6,7 @@ import dataclasses, logging, os, signal, socket, threading
 from typing import Optional
 from devices import registry
 from linearizer.ast import KernelValidationError, load
+from search.actions import ACTION_SPACE_VERSION
 from search.tune import SearchError, SearchSettings, tune
 from tunesvc.client import Client, ServiceError
 
@@ -35,7 +36,7 @@ class Worker:
     """Claim and search jobs until stopped (or max_jobs are done); returns how many were finished."""
     done = 0
     while not self.stopping.is_set() and (max_jobs is None or done < max_jobs):
-      try: job = self.client.claim(self.id, self.lease_s)
+      try: job = self.client.claim(self.id, self.lease_s, ACTION_SPACE_VERSION)
       except Exception as e:  # the service is away: wait and try again, never crash
         log.warning("claim failed: %s", e)
         job = None

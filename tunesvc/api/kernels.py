@@ -31,7 +31,9 @@ def submit(body: SubmitRequest, request: Request):
   """Queue a tuning job per kernel. A kernel with a queued, running or done job for the same device and search settings
   shares that job; a done one carries its result."""
   kernels = load_all(body.kernels, "kernels")
-  jobs = queue.submit(request.app.state.store, kernels, body.device, body.search.model_dump(), body.priority,
+  settings = body.search.model_dump()
+  if settings["action_space_version"] is None: del settings["action_space_version"]  # settings (and their hash) as before it existed
+  jobs = queue.submit(request.app.state.store, kernels, body.device, settings, body.priority,
                       request.app.state.settings.max_attempts)
   return SubmitResponse(jobs=[JobOut.of(j, r) for j, r in jobs])
 

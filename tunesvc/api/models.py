@@ -48,6 +48,8 @@ class SearchSettings(Request):
   min_time_s: float = Field(0.05, ge=0.001, le=10, description="measured time per candidate")
   final_rounds: int = Field(7, ge=1, le=100, description="interleaved re-timings of the finalists")
   seed: int = Field(0, ge=0, le=MAX_INT, description="seed of the input data")
+  action_space_version: Optional[Version] = Field(None, description="search with this action-space version: workers of another "
+                                                  "version leave the job (a runtime asks for the version it looks up); null: any")
 
 class SubmitRequest(Request):
   kernels: list[Document] = Field(min_length=1, max_length=1000)
@@ -198,7 +200,9 @@ class RegisterRequest(Request):
 
 class WorkerOut(BaseModel): worker_id: int
 
-class ClaimRequest(Request): lease_s: LeaseS = 60.0
+class ClaimRequest(Request):
+  lease_s: LeaseS = 60.0
+  action_space_version: Optional[Version] = Field(None, description="the worker's: it is given no job that asks for another")
 
 class ClaimOut(BaseModel):
   job_id: int

@@ -19,7 +19,7 @@ def register(body: RegisterRequest, request: Request):
 @router.post("/{worker_id}/claim", response_model=ClaimOut, responses={204: {"description": "no job for this worker's device"}})
 def claim(worker_id: IdPath, body: ClaimRequest, request: Request):
   """The next job for this worker's fingerprint (selector = its backend or its exact hash), leased for lease_s."""
-  if (got := queue.claim(request.app.state.store, worker_id, body.lease_s)) is None: return Response(status_code=204)
+  if (got := queue.claim(request.app.state.store, worker_id, body.lease_s, body.action_space_version)) is None: return Response(status_code=204)
   j, k = got
   return ClaimOut(job_id=j.id, kernel_key=j.kernel_key, kernel=k.document, device=j.device, settings=j.settings, attempts=j.attempts,
                   lease_expires=j.lease_expires)

@@ -1,7 +1,7 @@
 """The job lifecycle: submit, claim under a lease, heartbeat, report a result or a failure, release, expiry.
 
 Claims: the oldest queued job of the highest priority whose selector (a backend name or an exact fingerprint hash) matches
-the worker's fingerprint. On PostgreSQL the row is taken with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claimers
+the worker's fingerprint and, where the job's settings name an action-space version, whose version is the worker's. On PostgreSQL the row is taken with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claimers
 each get another job without waiting; on SQLite every write transaction is BEGIN IMMEDIATE, so claims run one at a time.
 
 Failures: an expired lease or a reported failure costs one attempt and re-queues the job; the last attempt fails it.
@@ -15,7 +15,7 @@ result and writes nothing: one result row and one set of measurements per job.
 from __future__ import annotations
 import hashlib, json, time
 from typing import Optional
-from sqlalchemy import select, text
+from sqlalchemy import or_, select, text
 from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST
 from search.result import SearchResult
@@ -85,13 +85,17 @@ def expire(st: Store) -> int:
   with st.write() as s: return _expire(s, time.time())
 
 
-def claim(st: Store, worker_id: int, lease_s: float) -> tuple[Job, Kernel] | None:
+def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optional[int] = None) -> tuple[Job, Kernel] | None:
+  """The next job for the worker's fingerprint; with its action-space version, none that asks for another version."""
   t = time.time()
   with st.write() as s:
     _expire(s, t)
     w, fp = _worker(s, worker_id)
-    got = s.execute(select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)))
-                    .order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(of=Job, skip_locked=True)).first()
+    q = select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)))
+    if action_space_version is not None:
+      asked = Job.settings["action_space_version"].as_integer()
+      q = q.where(or_(asked.is_(None), asked == action_space_version))
+    got = s.execute(q.order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(of=Job, skip_locked=True)).first()
     w.last_heartbeat, w.state = t, "idle" if got is None else "busy"
     if got is None: return None
     job, kernel = got
