@@ -9,7 +9,7 @@ COPY devices devices
 COPY search search
 COPY workers workers
 COPY tunesvc tunesvc
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[cuda]"  # NVRTC and the CUDA headers, for the CUDA worker (the driver comes with the GPU)
 ENV TUNESVC_CACHE_DIR=/var/cache/tunesvc
 EXPOSE 8000
 CMD ["tunesvc", "serve", "--host", "0.0.0.0", "--port", "8000", "--workers", "0"]

@@ -78,7 +78,8 @@ def _ptr(b: np.ndarray) -> ctypes.c_void_p:
   if not b.flags.c_contiguous: raise ValueError("buffers must be C-contiguous")
   return ctypes.c_void_p(b.ctypes.data)
 
-def _cint(v: int) -> ctypes.c_int:
+def int_arg(v: int) -> ctypes.c_int:
+  """A variable value as a C int kernel argument (every backend passes them so)."""
   if not isinstance(v, (int, np.integer)) or not -2**31 <= v < 2**31: raise ValueError(f"var value {v!r} is not a C int")
   return ctypes.c_int(int(v))
 
@@ -95,7 +96,7 @@ class Program:
     self.fxn.restype = None
 
   def __call__(self, *bufs: np.ndarray, var_vals: Sequence[int] = (), timed: bool = False) -> float | None:
-    args = [_ptr(b) for b in bufs] + [_cint(v) for v in var_vals]  # converted before the clock starts
+    args = [_ptr(b) for b in bufs] + [int_arg(v) for v in var_vals]  # converted before the clock starts
     st = time.perf_counter_ns()
     self.fxn(*args)
     return (time.perf_counter_ns() - st) * 1e-9 if timed else None

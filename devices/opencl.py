@@ -15,7 +15,8 @@ import ctypes, functools, json
 from typing import Sequence
 import numpy as np
 import numpy.typing as npt
-from devices.cpu import fingerprint_hash  # noqa: F401  (one definition for every backend)
+from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition for every backend)
+from devices.staging import staged
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import LAUNCH, OPENCL, launch_sizes, render_opencl as render  # noqa: F401  (the device interface's renderer)
 
@@ -142,20 +143,12 @@ class Program:
     if getattr(self, "prog", None): _cl().clReleaseProgram(self.prog)
 
   def __call__(self, *bufs: Buffer | np.ndarray, var_vals: Sequence[int] = (), timed: bool = False) -> float | None:
-    if any(isinstance(b, np.ndarray) for b in bufs):  # host arrays: staged through device buffers
-      dev = [alloc(b.size, b.dtype) if isinstance(b, np.ndarray) else b for b in bufs]
-      for d, b in zip(dev, bufs):
-        if isinstance(b, np.ndarray): copyin(d, b)
-      t = self(*dev, var_vals=var_vals, timed=timed)
-      for d, b in zip(dev, bufs):
-        if isinstance(b, np.ndarray): np.copyto(b, copyout(d).reshape(b.shape))
-      return t
+    if any(isinstance(b, np.ndarray) for b in bufs):
+      return staged(lambda dev: self(*dev, var_vals=var_vals, timed=timed), bufs, alloc, copyin, copyout)
     cl = _cl()
     groups, local = launch_sizes(self.launch, var_vals)
     for i, b in enumerate(bufs): _check(cl.clSetKernelArg(self.kernel, i, ctypes.sizeof(b.mem), ctypes.byref(b.mem)), "clSetKernelArg")
-    for i, v in enumerate(var_vals, len(bufs)):
-      if not -2**31 <= v < 2**31: raise ValueError(f"var value {v!r} is not a C int")
-      _check(cl.clSetKernelArg(self.kernel, i, 4, ctypes.byref(ctypes.c_int32(int(v)))), "clSetKernelArg")
+    for i, v in enumerate(var_vals, len(bufs)): _check(cl.clSetKernelArg(self.kernel, i, 4, ctypes.byref(int_arg(v))), "clSetKernelArg")
     dims = max(1, len(groups), len(local))
     local = (local + [1] * 3)[:dims]
     gsize, lsize = (ctypes.c_uint64 * dims)(*(g * l for g, l in zip(groups + [1] * 3, local))), (ctypes.c_uint64 * dims)(*local)

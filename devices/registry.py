@@ -4,8 +4,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-_BACKENDS: dict[str, str] = {"CPU": "devices.cpu", "OPENCL": "devices.opencl"}
-_ALIASES: dict[str, str] = {"OPENCL:0": "OPENCL"}
+_BACKENDS: dict[str, str] = {"CPU": "devices.cpu", "OPENCL": "devices.opencl", "CUDA": "devices.cuda", "HIP": "devices.hip"}
+_ALIASES: dict[str, str] = {"OPENCL:0": "OPENCL", "CUDA:0": "CUDA", "HIP:0": "HIP"}
 
 
 def available() -> list[str]: return [n for n, mod in _BACKENDS.items() if importlib.import_module(mod).available()]

@@ -78,8 +78,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   gpu, gfr = k.options.has_local, k.group_for_reduces
   gdims, ldims, outer_axes = [], [], range(fr)
   if gpu:
-    gidx, gdims, outer_axes = _launch("gidx", range(k.thread_dims, fr - k.local_dims), full)
-    lidx, ldims, _ = _launch("lidx", range(fr - k.local_dims, fr + gfr), full)  # int sizes: always fit
+    gidx, gdims, outer_axes = _launch("gidx", range(k.thread_dims, fr - k.local_dims), full, k.options.global_max)
+    lidx, ldims, _ = _launch("lidx", range(fr - k.local_dims, fr + gfr), full, k.options.local_max)  # int sizes: always fit
     loop_vars.update(gidx)
     loop_vars.update(lidx)
   upcast_axes = list(range(up, n))
@@ -224,16 +224,22 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), tuple(s for _, s in gdims), tuple(s for _, s in ldims))
 
 
-def _launch(prefix: str, axes, full, dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
+def _launch(prefix: str, axes, full, maxes: Optional[tuple[int, ...]] = None, dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
   """Axes onto at most `dims` launch dims, the innermost axis on dim 0 and the outermost ones sharing the last (decoded
   with // and %, so only the outermost of those may have a symbolic size; the rest stay loops): (each axis's index,
-  each launch dim's index variable and size, the axes left to loops)."""
+  each launch dim's index variable and size, the axes left to loops). A dim past the device's limit for it (`maxes`:
+  CUDA has 65535 blocks in y and z, 2^31-1 in x) is merged with the dims inside it into dim 0, decoded alike."""
   axes = [i for i in axes if full[i] != 1][::-1]  # innermost first
   shared, loops = axes[dims - 1:], []
   while any(not isinstance(full[i], int) for i in shared[:-1]): loops.insert(0, shared.pop())
+  groups = [[i] for i in axes[:dims - 1]] + ([shared] if shared else [])
+  while maxes and (d := next((d for d, g in enumerate(groups) if smax(math.prod(full[i] for i in g)) > maxes[d]), 0)) > 0:
+    merged = [i for g in groups[:d + 1] for i in g]
+    if any(not isinstance(full[i], int) for i in merged[:-1]): break  # not decodable: the launch reports the limit
+    groups = [merged] + groups[d + 1:]
   idx: dict[int, sint] = {}
   launch: list[tuple[Var, sint]] = []
-  for d, group in enumerate([[i] for i in axes[:dims - 1]] + ([shared] if shared else [])):
+  for d, group in enumerate(groups):
     size = math.prod(full[i] for i in group)
     v, div = Var(f"{prefix}{d}", 0, smax(size) - 1), 1
     for i in group:

@@ -1,16 +1,16 @@
-"""C-style source for the linear IR -- C, OpenCL C -- from one renderer and a small table per language, with the
-reference semantics spelled out where C leaves them undefined: integer division by 0 or -1, NaN in MAX, float-to-int
-casts that saturate, signed overflow that wraps, and float16/bfloat16 arithmetic done in float and rounded after
-every op. MULACC is an explicit fused multiply-add (the compiler contracts nothing itself: -ffp-contract=off in C,
-FP_CONTRACT OFF in OpenCL). Vectors are C's gcc/clang vector extensions, selecting lanes through masks where scalar
-code has ?:, and OpenCL's built-in vector types with select()."""
+"""C-style source for the linear IR -- C and OpenCL C here, CUDA, HIP and Metal in render_gpu -- from one renderer and
+a small table per language, with the reference semantics spelled out where C leaves them undefined: integer division
+by 0 or -1, NaN in MAX, float-to-int casts that saturate, signed overflow that wraps, and float16/bfloat16 arithmetic
+done in float and rounded after every op. MULACC is an explicit fused multiply-add (the compiler contracts nothing
+itself: -ffp-contract=off in C, FP_CONTRACT OFF in OpenCL). Vectors are C's gcc/clang vector extensions, selecting
+lanes through masks where scalar code has ?:, and OpenCL's built-in vector types with select()."""
 from __future__ import annotations
 import json, math
 from dataclasses import dataclass, field
 from typing import Sequence
 from linearizer.dtypes import DType, bool_
 from linearizer.lower import Program
-from linearizer.symbolic import Var, evaluate, parse, render
+from linearizer.symbolic import Var, evaluate, mod, parse, render
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,21 @@ class Lang:
   float_fn: str = "f"                                # suffix of float32 math functions (fmodf), "" where overloaded
   index: str = "long long"                           # type of loop and work-item indices
   bitcast: str = "({{union {{ {s} s; {d} d; }} u_; u_.s = {x}; u_.d;}})"
-  ids: dict = field(default_factory=dict)            # "group" | "local" -> the index of launch dim {}
+  ids: dict = field(default_factory=dict)            # "group" | "local" -> the index of launch dim {} (x, y, z: {xyz})
+  id_args: str = ""                                  # kernel arguments that carry those indices, where they are arguments
+  bounds: str = ""                                   # the work-group size the kernel is built for ({dims}: per dim, {n}: in all)
   barrier: str = ""
   shared: str = ""                                   # address space of local memory
+  restrict: str = "restrict"                         # a buffer argument aliases no other
+  arg: str = "{}"                                    # a kernel argument's declaration at position {i}
+  var_arg: str = "int {}"                            # a variable's kernel argument
+  wide: str = "double"                               # a float type holding every value exactly: casts compare and EXP2/LOG2/SIN compute in it
+  needs: dict = field(default_factory=dict)          # dtype -> what a program using it needs (headers, helpers)
   fma: str = "__builtin_fma{f}({0},{1},{2})"         # a*b+c rounded once ({f}: the float32 suffix)
   # vectors ({vt}: the vector type, {mt}: its mask type): the type of {n} lanes of dtype {d} (C type {t}), a mask's
   # type of {n} lanes of {bits} bits (C type {lane})
   declare_vectors: bool = True                       # vector and mask types and vector FMAs need declaring
+  vectors: str = ""                                  # what a program with vector values needs
   vtype: str = "{d}x{n}"
   mtype: str = "int{bits}x{n}"
   mask_lanes: dict = field(default_factory=lambda: {2: "short", 4: "int", 8: "long long"})  # lane bytes -> C type
@@ -46,6 +54,8 @@ class Lang:
   vzero: str = "({vt}){{}}"
   vload: str = "*({vt}u*)({p})"                      # through the unaligned type: only its lanes' alignment is known
   vstore: str = "*({vt}u*)({p}) = {x};"
+  vload_aligned: str = ""                            # at an index that is a multiple of the lanes: one access ("": as above)
+  vstore_aligned: str = ""
   select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
   convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
   vfma: str = "mulacc_{vt}({0},{1},{2})"
@@ -94,7 +104,7 @@ float hround(float f) { return h2f(f2h(f)); }
   narrow={"float16": "hround({})", "bfloat16": "bfround({})"}, from_double={"float16": "h2f(d2h({}))"},
   suffix={"int64": "L", "uint64": "UL", "uint32": "U"}, wrap={"int32": "uint", "int64": "ulong"},
   float_fn="", index="long", bitcast="as_{d}({x})", ids={"group": "get_group_id({})", "local": "get_local_id({})"},
-  barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
+  bounds="__attribute__((reqd_work_group_size({dims}))) ", barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
   fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={2: "short", 4: "int", 8: "long"},
   vbroadcast="({vt})({x})", vbuild="({vt})({xs})", vzero="({vt})(0)", vload="vload{n}(0, {p})", vstore="vstore{n}({x}, 0, {p});",
   select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})")
@@ -130,7 +140,7 @@ def alu(op: str, dt: DType, a: list[str], src_dt: DType, lang: Lang = C) -> str:
     if op == "MULACC": return lang.fma.format(*a, f=fn)  # float32/float64 only: rounded once
     x = [_f(src_dt, v) for v in a]
     if op in ("EXP2", "LOG2", "SIN"):  # from double and rounded: correctly rounded, as the reference defines them
-      return _narrow(dt, f"({'double' if src_dt.name == 'float64' else 'float'}){op.lower()}((double){x[0]})", lang)
+      return _narrow(dt, f"({'double' if src_dt.name == 'float64' else 'float'}){op.lower()}(({lang.wide}){x[0]})", lang)
     e = {"NEG": "(-{0})", "ADD": "({0}+{1})", "SUB": "({0}-{1})", "MUL": "({0}*{1})", "DIV": "({0}/{1})",
          "MAX": "(({0}>{1}||{0}!={0})?{0}:{1})", "MOD": f"fmod{fn}({{0}},{{1}})", "SQRT": f"sqrt{fn}({{0}})",
          "RECIP": "(1.0/{0})" if src_dt.name == "float64" else "(1.0f/{0})"}[op]
@@ -152,7 +162,7 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
   if src.is_float and dst.is_int:  # truncate, saturate, NaN to 0
     bits = dst.itemsize * 8 - (dst.kind == "i")
     lo = f"-{float(2 ** bits).hex()}" if dst.kind == "i" else "-0x1p+0"
-    f, t = f"(double){x}", lang.ctype(dst)
+    f, t = f"({lang.wide}){x}", lang.ctype(dst)
     return f"({f}!={f}?({t})0:{f}>={float(2 ** bits).hex()}?{literal(dst.max, dst, lang)}:{f}{'<' if dst.kind == 'i' else '<='}{lo}?{literal(dst.min, dst, lang)}:({t}){f})"
   if src.name == "float64" and dst.name in lang.from_double: return lang.from_double[dst.name].format(x)
   return _narrow(dst, f"({lang.ctype(dst)}){_f(src, x)}", lang)
@@ -225,6 +235,10 @@ def render_source(prog: Program, lang: Lang) -> str:
   def buf(b) -> str: return f"data{b}" if isinstance(b, int) else b  # a kernel argument or local memory
   def ptr(b, idx) -> str: return f"{buf(b)}+{render(idx, c=True)}"
   def at(b, idx) -> str: return f"{buf(b)}[{render(idx, c=True)}]"
+  def vmem(fmt: str, aligned: str, idx, n: int) -> str:
+    """A vector access, as one aligned access where the index is a multiple of the lanes (buffers and local memory start
+    aligned to a vector)."""
+    return aligned if aligned and mod(idx, n) == 0 else fmt
   def expr(i: int, op: str, a: list[str]) -> str:
     u = prog.uops[i]
     if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, u.dtype, a, prog.uops[u.src[-1]].dtype, lang)  # operators work lane-wise
@@ -239,7 +253,7 @@ def render_source(prog: Program, lang: Lang) -> str:
     if op == "CONST": names[i] = literal(u.arg, dt, lang)
     elif op == "SPECIAL":
       var, kind, dim = u.arg
-      line(f"{lang.index} {var.name} = {lang.ids[kind].format(dim)};")
+      line(f"{lang.index} {var.name} = {lang.ids[kind].format(dim, xyz='xyz'[dim])};")
     elif op == "DEFINE_LOCAL": line(f"{lang.shared}{lang.ctype(dt)} {u.arg[0]}[{u.arg[1]}];")
     elif op == "BARRIER": line(lang.barrier)
     elif op == "VBROADCAST": define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
@@ -267,21 +281,27 @@ def render_source(prog: Program, lang: Lang) -> str:
       b, idx, valid = u.arg
       val = src[0]
       if isinstance(b, int) and (bdt := prog.buffers[b][1]).name in lang.store: val = lang.store[bdt.name].format(val)
-      store = f"{at(b, idx)} = {val};" if u.vec == 1 else lang.vstore.format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
+      store = f"{at(b, idx)} = {val};" if u.vec == 1 else vmem(lang.vstore, lang.vstore_aligned, idx, u.vec).format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
       line(store if valid == 1 else f"if ({render(valid, c=True)}) {store}")
     elif op == "LOAD":
       b, idx, valid = u.arg
-      x = at(b, idx) if u.vec == 1 else lang.vload.format(n=u.vec, p=ptr(b, idx), vt=types[i])
+      x = at(b, idx) if u.vec == 1 else vmem(lang.vload, lang.vload_aligned, idx, u.vec).format(n=u.vec, p=ptr(b, idx), vt=types[i])
       if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
       define(i, x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
     elif op == "CAST":
       sdt = prog.uops[u.src[0]].dtype
       define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))
     else: define(i, expr(i, u.arg, src))
-  args = [f"{lang.buffer}{lang.storage_type(dt)}* restrict data{b}" for b, dt in prog.buffers] + [f"int {v.name}" for v in prog.vars]
-  attrs = f"__attribute__((reqd_work_group_size({', '.join(map(str, (list(prog.local) + [1, 1, 1])[:3]))}))) " if lang.ids else ""
+  q = f" {lang.restrict}" if lang.restrict else ""
+  args = [f"{lang.buffer}{lang.storage_type(dt)}*{q} data{b}" for b, dt in prog.buffers] + [lang.var_arg.format(v.name) for v in prog.vars]
+  args = [lang.arg.format(a, i=i) for i, a in enumerate(args)] + ([lang.id_args] if lang.id_args else [])
+  attrs = lang.bounds.format(dims=", ".join(map(str, (list(prog.local) + [1, 1, 1])[:3])), n=math.prod(prog.local))
   head = launch_line(prog) if lang.ids else ""
-  return head + lang.prelude + vector_decls(prog, lang) + f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+  used = sorted({u.dtype.name for u in prog.uops if u.dtype is not None})
+  needs = "".join(dict.fromkeys(lang.needs[d] for d in used if d in lang.needs))
+  vectors = lang.vectors if any(u.vec > 1 for u in prog.uops) else ""
+  return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + \
+    f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
 
 def render_c(prog: Program) -> str: return render_source(prog, C)
 def render_opencl(prog: Program) -> str: return render_source(prog, OPENCL)

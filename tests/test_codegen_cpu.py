@@ -10,7 +10,7 @@ from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower, vector_widths
-from devices import cpu, opencl, registry
+from devices import cpu, cuda, hip, opencl, registry
 from tunesvc.runtime import compile_kernel, run_kernel
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
@@ -33,8 +33,11 @@ def check(k, inputs=None, opts=(), var_vals=None, seed=0, device="CPU"):
 def un(device, fn, dt, xs): return check(kernel(fn(ld(1, (len(xs),), dt))), [xs], device=device)
 def bi(device, op, dt, a, b): return check(kernel(alu(op, ld(1, (len(a),), dt), ld(2, (len(a),), dt))), [a, b], device=device)
 
-# the semantic corner cases hold on every C-style backend: the C one, and OpenCL where there is a device (PoCL on CI)
-DEVICES = ["CPU", pytest.param("OPENCL", marks=pytest.mark.skipif(not opencl.available(), reason="no OpenCL device (pocl-opencl-icd)"))]
+# the semantic corner cases hold on every C-style backend: the C one, OpenCL where there is a device (PoCL on CI), CUDA
+# and HIP where there is a GPU
+DEVICES = ["CPU", pytest.param("OPENCL", marks=pytest.mark.skipif(not opencl.available(), reason="no OpenCL device (pocl-opencl-icd)")),
+           pytest.param("CUDA", marks=pytest.mark.skipif(not cuda.available(), reason="no NVIDIA GPU")),
+           pytest.param("HIP", marks=pytest.mark.skipif(not hip.available(), reason="no AMD GPU"))]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -248,8 +251,9 @@ def test_vector_float_casts_round_as_c(device):
   if device == "CPU":
     vcheck(to16, [f32])
     vcheck(from16, [halves])
-  else:  # OpenCL computes float16 in float registers, lane by lane
-    assert not vector_widths(to16, opencl.options()) and not vector_widths(from16, opencl.options())
+  else:  # the GPU languages compute float16 in float registers, lane by lane
+    o = registry.get(device).options()
+    assert not vector_widths(to16, o) and not vector_widths(from16, o)
   vcheck(kernel(cast(ld(1, (256,)), F64)), [f32], device=device)
   f64 = np.concatenate([[1e300, -1e300, 1e-300, 2.0**24 + 1, 1 / 3, F("nan"), -0.0, 2.0**-149 * 0.75], rng.standard_normal(248)])
   vcheck(kernel(cast(ld(1, (256,), F64), float32)), [f64], device=device)
@@ -263,7 +267,7 @@ def test_int_float_casts_stay_scalar():
 @pytest.mark.parametrize("dt", [float32, F64, float16], ids=["float32", "float64", "float16"])
 def test_vector_reductions(dt, device):
   # over axis 0 of (rows, 64): the output's 64 columns are the vector lanes
-  if device == "OPENCL" and dt == float16: pytest.skip("OpenCL does not vectorise float16")
+  if device != "CPU" and dt == float16: pytest.skip("the GPU languages do not vectorise float16")
   x = np.random.default_rng(2).standard_normal((37, 64)).astype(dt.np)
   x[5, 3], x[30, 17], x[:, 40] = F("nan"), F("inf"), -F("inf")
   vcheck(kernel(red("MAX", ld(1, (37, 64), dt), [0])), [x.reshape(-1)], "MAX", device=device)

@@ -1,0 +1,42 @@
+"""Kernels that between them use every ALU op on every dtype, every cast and same-size bitcast between dtypes, and both
+reductions: what a renderer has to spell right per dtype. The GPU languages' compile checks build each of them."""
+from linearizer.builders import alu, cast, kernel, ld, red
+from linearizer.dtypes import DTYPES, bool_, float32, float64
+
+N = 64
+
+
+def _sum(xs):
+  out = xs[0]
+  for x in xs[1:]: out = alu("ADD", out, x)
+  return out
+
+def alu_kernel(dt):
+  a, b = ld(1, (N,), dt), ld(2, (N,), dt)
+  if dt == bool_:
+    return kernel(alu("WHERE", alu("CMPEQ", a, b), alu("XOR", alu("ADD", a, b), alu("MUL", a, b)), alu("MAX", alu("NEG", a), alu("CMPLT", a, b))))
+  terms = [alu("WHERE", alu("CMPLT", a, b), alu("MAX", a, b), alu("MOD", a, b)), alu("SUB", alu("MUL", a, b), alu("DIV", a, alu("NEG", b))),
+           alu("WHERE", alu("CMPEQ", a, b), a, b)]
+  return kernel(_sum(terms + ([alu(op, a) for op in ("EXP2", "LOG2", "SIN", "SQRT", "RECIP")] if dt.is_float else [alu("XOR", a, b)])))
+
+def cast_kernel(src, to=tuple(DTYPES.values()), acc=float64):
+  """src cast to every other dtype of `to`, and bitcast to each of its size, each then to `acc`, summed."""
+  a = ld(1, (N,), src)
+  others = [d for d in to if d != src]
+  bits = [d for d in others if d.itemsize == src.itemsize and bool_ not in (d, src)]
+  return kernel(_sum([cast(cast(a, d), acc) for d in others] + [cast(cast(a, d, bitcast=True), acc) for d in bits]))
+
+def vector_kernel(dt):
+  """The ops float lanes carry as vectors: arithmetic, MAX, comparisons and WHERE, casts to bool and back (and a float32
+  one to float64 and back: then the lanes are float64's, two of them)."""
+  a, b = ld(1, (N,), dt), ld(2, (N,), dt)
+  return kernel(_sum([alu("WHERE", alu("CMPLT", a, b), alu("MAX", a, b), alu("DIV", a, alu("NEG", b))), alu("SUB", alu("MUL", a, b), a),
+                      cast(alu("CMPEQ", a, b), dt), cast(cast(a, bool_), dt)] + ([cast(cast(a, float64), dt)] if dt == float32 else [])))
+
+def dot_kernel(dt):
+  """out[j] = sum_i a[i, j] * b[i, j]: MULACCs, as vectors along j."""
+  return kernel(red("SUM", alu("MUL", ld(1, (N, N), dt), ld(2, (N, N), dt)), [0]))
+
+KERNELS = {**{f"vector_{dt.name}": vector_kernel(dt) for dt in (float32, float64)}, **{f"dot_{dt.name}": dot_kernel(dt) for dt in (float32, float64)},
+           **{f"alu_{n}": alu_kernel(dt) for n, dt in DTYPES.items()}, **{f"cast_{n}": cast_kernel(dt) for n, dt in DTYPES.items()},
+           **{f"{fn.lower()}_{n}": kernel(red(fn, ld(1, (N, N), dt), [1])) for n, dt in DTYPES.items() if dt != bool_ for fn in ("SUM", "MAX")}}

@@ -1,0 +1,134 @@
+"""The CUDA backend. With no GPU (CI): NVRTC builds the CUDA renderer's source for sm_80 and sm_90 -- a seeded sample of
+corpus kernels under random GPU schedules (bench/cuda_compile_report.py does the whole corpus), and kernels using every
+op, cast and reduction of every dtype, scalar and as vectors -- and reports ptxas's registers and spills; without a
+driver the backend is not available. With an NVIDIA GPU: device buffers, launches timed by events, fingerprint,
+options, the GPU schedules and a fuzz run against the reference (the codegen corner cases run there too)."""
+import collections, math, sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+import numpy as np
+import pytest
+import corner_kernels
+from devices import cuda, nvrtc, registry
+from gpu_schedules import IDS, SCHEDULES, run, var_values
+from linearizer import reference
+from linearizer.builders import alu, kernel, ld, matmul, st
+from linearizer.fuzz import compare
+from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.lower import lower
+from tunesvc.runtime import compile_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import cuda_compile_report as R  # noqa: E402
+import fuzz_linearizer as F  # noqa: E402
+
+needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="no NVRTC (pip install nvidia-cuda-nvrtc: the test extra has it)")
+needs_gpu = pytest.mark.skipif(not cuda.available(), reason="no NVIDIA GPU (no CUDA driver with a device)")
+SAMPLE = 300  # corpus cases, each compiled for sm_80 and sm_90
+
+
+CORNER_SCHEDULES = ([Opt("LOCAL", 0, 8)], [Opt("UPCAST", 0, 4)], [Opt("UPCAST", 0, 2)], [Opt("GROUP", 0, 16)])
+
+
+def source(k, opts=(), arch="sm_80") -> str: return cuda.render(lower(Kernel(k, cuda.ARCH_OPTIONS[arch]).apply_opts(opts)))
+
+
+@needs_nvrtc
+def test_compile_errors_carry_nvrtcs_log():
+  with pytest.raises(cuda.CompileError, match="no_such_identifier"):
+    cuda.compile_for('extern "C" __global__ void k(float* o) { o[0] = no_such_identifier; }\n', "sm_80")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", R.ARCHS)
+def test_cubins_come_with_ptxas_registers_and_spills(arch):
+  c = cuda.compile_for(source(matmul(64, 64, 64), [Opt("LOCAL", 0, 16), Opt("UPCAST", 1, 4), Opt("UNROLL", 0, 4)]), arch)
+  assert c.cubin[:4] == b"\x7fELF" and f"'{arch}'" in c.log
+  assert 8 <= c.registers <= 255 and c.spill_stores == c.spill_loads == 0, c.log
+
+
+@needs_nvrtc
+def test_every_op_cast_and_reduction_of_every_dtype_compiles_scalar_and_vectorised():
+  srcs = []
+  for k in corner_kernels.KERNELS.values():
+    for opts in CORNER_SCHEDULES:
+      try: srcs.append(source(k, opts))
+      except OptError: continue  # a GROUP of an element-wise kernel
+  with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+    for arch in R.ARCHS: list(pool.map(cuda.compile_for, srcs, [arch] * len(srcs)))  # raises the first CompileError
+  assert sum("lanes<float,4>" in s for s in srcs) >= 3 and sum("lanes<double,2>" in s for s in srcs) >= 4
+  assert sum("lanes_fma" in s for s in srcs) >= 2 and sum("__shared__" in s for s in srcs) >= 20 and len(srcs) >= 150
+
+
+@needs_nvrtc
+def test_a_corpus_sample_under_random_gpu_schedules_compiles_for_sm80_and_sm90():
+  results = list(R.run(R.cases(seed=0, per_kernel=3, sample=SAMPLE), R.ARCHS, jobs=2))
+  assert len(results) == SAMPLE and R.failures(results) == []
+  uses = collections.Counter(o.split(":")[0].rstrip("0123456789") for r in results for o in r["opts"].split() if o != "no")
+  assert min(uses[op] for op in ("LOCAL", "GROUP", "GROUPTOP", "UPCAST", "UNROLL", "NOLOCALS", "PADTO")) >= 10, uses
+  srcs = [r["source"] for r in results]
+  assert sum("cuda_fp16.h" in s for s in srcs) >= 10 and sum("__syncthreads" in s for s in srcs) >= 20 and sum("lanes<" in s for s in srcs) >= 10
+
+
+def test_the_renderer_gives_cuda_its_launch_bounds_shared_memory_and_whole_vector_accesses():
+  src = source(matmul(16, 16, 64), [Opt("UPCAST", 1, 4), Opt("LOCAL", 0, 4), Opt("GROUPTOP", 0, 8)])
+  assert 'extern "C" __global__ __launch_bounds__(32) void kernel(' in src and "__shared__" in src and "__syncthreads();" in src
+  assert "*(const lanes<float,4>*)(data2+" in src and "*(lanes<float,4>*)(data0+" in src  # indices that are multiples of 4
+  shifted = source(kernel(alu("ADD", ld(1, st((65,)).shrink(((1, 65),))), ld(2, (64,)))), [Opt("UPCAST", 0, 4)])  # x[i+1] + y[i]
+  assert "lanes_load<lanes<float,4>>(data1+" in shifted and "*(const lanes<float,4>*)(data2+" in shifted
+
+
+BIG_Y = kernel(alu("ADD", ld(1, st((3, 8, 100000)).permute((2, 1, 0))), ld(2, (100000, 8, 3))))  # axes that do not merge
+
+def test_launch_dims_past_cudas_grid_limits_fold_into_x():
+  for opts in ([], [Opt("LOCAL", 1, 4)]):  # 100000 blocks in z (or y), 65535 at most: all in x, decoded with // and %
+    p = lower(Kernel(BIG_Y, cuda.ARCH_OPTIONS["sm_80"]).apply_opts(opts))
+    assert len(p.groups) == 1 and p.groups[0] * math.prod(p.local) == 2_400_000
+
+
+def test_without_a_driver_or_device_cuda_is_not_available():
+  if cuda.available(): pytest.skip("this machine has an NVIDIA GPU")
+  assert "CUDA" not in registry.available()
+  with pytest.raises(ValueError, match="'CUDA:0' is not available"): registry.get("CUDA:0")
+  with pytest.raises(cuda.CUDAError, match="no CUDA driver|no CUDA device"): cuda.options()
+
+
+# ---------------------------------------------------------------- on an NVIDIA GPU
+
+@needs_gpu
+def test_fingerprint_options_and_registry():
+  fp, o = cuda.fingerprint(), cuda.options()
+  assert fp["backend"] == "CUDA" and fp["arch"].startswith("sm_") and all(fp[f] for f in ("device", "driver_version", "nvrtc"))
+  assert o.has_local and o.has_shared and o.local_size_max >= 1024 and o.local_max[2] == 64 and o.shared_max >= 48 << 10
+  assert registry.get("CUDA:0") is registry.get("CUDA") is cuda and "CUDA" in registry.available()
+
+
+@needs_gpu
+def test_programs_take_host_arrays_and_copy_every_buffer_back():
+  k = matmul(8, 8, 8)
+  _, prog, _ = compile_kernel(k, "CUDA", [Opt("LOCAL", 0, 4)])
+  bufs = reference.random_buffers(k, {}, 0)
+  want = [b.copy() for b in bufs]
+  reference.run(k, want, {})
+  assert prog(*bufs) is None and compare(k, bufs, want, {}) is None
+  with pytest.raises(ValueError, match="into a buffer of 3"): cuda.copyin(cuda.alloc(3, np.float32), np.zeros(4, np.float32))
+
+
+@needs_gpu
+@pytest.mark.parametrize("k,opts", SCHEDULES, ids=IDS)
+def test_gpu_schedules_match_the_reference(k, opts):
+  for vv in var_values(k): run(cuda, "CUDA", k, opts, vv)
+
+
+@needs_gpu
+def test_a_launch_folded_into_x_matches_the_reference():
+  for opts in ([], [Opt("LOCAL", 1, 4)]): run(cuda, "CUDA", BIG_Y, opts)
+
+
+@needs_gpu
+def test_a_bounded_fuzz_run_finds_no_failures():
+  kernels, _ = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=40, seed=1, max_positions=1_000_000)
+  with F.Pool(jobs=2, device="CUDA", timeout=120, max_positions=1_000_000) as pool: cases = list(pool.run(F.undrawn(kernels, 300, 1)))
+  assert [f"{c.status} {F.describe(c)}: {c.message[:400]}" for c in cases if c.status != "PASS"] == []

@@ -1,0 +1,85 @@
+"""The HIP backend. Without ROCm: not available, saying why. With hipcc (Debian's, which `make test` installs as root):
+the HIP renderer's source of every op, cast and reduction of every dtype, scalar and as vectors, and of a corpus
+sample under random GPU schedules, builds for gfx90a (and code-generates for gfx1100). With an AMD GPU: the GPU schedules against the
+reference, fingerprint and options."""
+import shutil, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+import pytest
+import corner_kernels
+from devices import cuda, hip, registry
+from gpu_schedules import IDS, SCHEDULES, run, var_values
+from test_cuda import CORNER_SCHEDULES
+from linearizer.kernel import Kernel, OptError
+from linearizer.lower import lower
+from linearizer.fuzz import draw_case
+from linearizer.ast import load
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import cuda_compile_report as R  # noqa: E402
+
+HIPCC = shutil.which("hipcc")
+# CDNA2 (MI200) built whole; RDNA3 code-generated only, its device-library calls left unresolved: Debian's ROCm 5.2
+# device libraries stop at gfx1036. hipRTC includes hip_runtime.h by itself; hipcc is told to.
+BUILDS = {"gfx90a": ["-c"], "gfx1100": ["-S", "-nogpulib"]}
+OPTIONS = cuda.ARCH_OPTIONS["sm_80"]  # within AMD's limits too: 1024 work-items a group, 48 of its 64 KiB of LDS
+BATCH = 25  # kernels per hipcc run: each source in a namespace of its own, its kernel named apart
+
+
+def hipcc(sources: list[str], tmp: Path) -> None:
+  """Build the sources in batches, each one translation unit (device code only), for each arch in BUILDS; two at a time."""
+  def build(job: tuple[int, str]) -> None:
+    i, arch = job
+    unit = tmp / f"unit{i}-{arch}.hip"
+    unit.write_text("".join(f"namespace n{j} {{\n{s}}}\n" for j, s in enumerate(sources[i:i + BATCH])))
+    cmd = [HIPCC, "-x", "hip", "--cuda-device-only", *BUILDS[arch], *hip.DEFAULT_FLAGS, "-include", "hip/hip_runtime.h",
+           f"--offload-arch={arch}", str(unit), "-o", str(unit.with_suffix(".out"))]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "error" not in r.stderr, f"{arch}: {r.stderr[:6000]}"
+  with ThreadPoolExecutor(2) as pool: list(pool.map(build, [(i, a) for i in range(0, len(sources), BATCH) for a in BUILDS]))
+
+def sources(kernels) -> list[str]:
+  """The HIP source of each (kernel, opts), its kernel named k<i>; schedules the layout has no room for are left out."""
+  out = []
+  for k, opts in kernels:
+    try: out.append(hip.render(lower(Kernel(k, OPTIONS).apply_opts(opts), f"k{len(out)}")))
+    except OptError: continue
+  return out
+
+
+def test_without_rocm_hip_is_not_available():
+  if hip.available(): pytest.skip("this machine has ROCm and an AMD GPU")
+  assert "HIP" not in registry.available()
+  with pytest.raises(hip.HIPError, match="ROCm|HIP device|hipInit"): hip.options()
+
+
+@pytest.mark.skipif(HIPCC is None, reason="no hipcc (Debian: apt-get install hipcc; make test does as root)")
+def test_hipcc_builds_every_op_cast_and_reduction_of_every_dtype_scalar_and_vectorised(tmp_path):
+  srcs = sources((k, opts) for k in corner_kernels.KERNELS.values() for opts in CORNER_SCHEDULES)
+  assert len(srcs) >= 150 and sum("lanes<" in s for s in srcs) >= 8 and sum("__shared__" in s for s in srcs) >= 20
+  hipcc(srcs, tmp_path)
+
+
+@pytest.mark.skipif(HIPCC is None, reason="no hipcc (Debian: apt-get install hipcc; make test does as root)")
+def test_hipcc_builds_a_corpus_sample_under_random_gpu_schedules(tmp_path):
+  cases = [draw_case(c, load(c.doc), OPTIONS, 2**62) for c in R.cases(seed=1, per_kernel=3, sample=100)]
+  srcs = sources((load(c.doc).rebased(), c.opts) for c in cases)
+  assert len(srcs) == 100 and sum("__syncthreads" in s for s in srcs) >= 5
+  hipcc(srcs, tmp_path)
+
+
+# ---------------------------------------------------------------- on an AMD GPU
+
+needs_gpu = pytest.mark.skipif(not hip.available(), reason="no AMD GPU (ROCm >= 6 with a device)")
+
+@needs_gpu
+def test_fingerprint_options_and_registry():
+  fp, o = hip.fingerprint(), hip.options()
+  assert fp["backend"] == "HIP" and fp["arch"].startswith("gfx") and fp["device"] and o.local_size_max >= 256 and o.shared_max >= 32 << 10
+  assert registry.get("HIP:0") is registry.get("HIP") is hip and "HIP" in registry.available()
+
+@needs_gpu
+@pytest.mark.parametrize("k,opts", SCHEDULES, ids=IDS)
+def test_gpu_schedules_match_the_reference(k, opts):
+  for vv in var_values(k): run(hip, "HIP", k, opts, vv)
