@@ -8,7 +8,7 @@ import pytest
 from devices import opencl, registry
 from gpu_schedules import IDS, SCHEDULES, run, var_values
 from linearizer import reference
-from linearizer.builders import matmul
+from linearizer.builders import matmul, reduce
 from linearizer.fuzz import compare
 from linearizer.kernel import Opt
 from linearizer.render_c import LAUNCH
@@ -74,4 +74,4 @@ def test_hand_coded_gpu_schedules_group_and_use_locals_and_match_the_reference(c
   assert {n: {o.op for o in hand(k)} for n, k in named.items()} == {
     "matvec": {"GROUP", "LOCAL", "UPCAST"}, "vecmat": {"GROUP", "LOCAL", "UPCAST"}, "sum": {"GROUPTOP"}, "matmul": {"UPCAST", "UNROLL", "LOCAL"}}
   small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 1_000_000]
-  for k in list(named.values()) + [k.rebased() for k in random.Random(2).sample(small, 40)]: run(k, hand(k))
+  for k in list(named.values()) + [k.rebased() for k in random.Random(2).sample(small, 40)]: run(opencl, "OPENCL", k, hand(k))
