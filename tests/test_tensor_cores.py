@@ -1,0 +1,156 @@
+"""Tensor cores (TC): the fragment maps against the PTX ISA's formulas, the opt's matching rules, the CUDA device function
+through nvcc where there is one, and TC kernels run for real on OpenCL, whose renderer emulates the tensor core's
+fragment semantics, against the reference."""
+import dataclasses, json, pickle, random, shutil, subprocess
+import pytest
+from devices import opencl
+from linearizer import reference
+from linearizer.builders import alu, cast, kernel, ld, matmul, red, st
+from linearizer.dtypes import bfloat16, float16, float32
+from linearizer.fuzz import compare, draw_opts
+from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.lower import lower
+from linearizer.options import LinearizerOptions
+from linearizer.tensor_cores import MMA_BF16, MMA_F16, SM80, cuda_wmma
+from search.actions import actions_for, children
+
+GPU = LinearizerOptions("GPU", shared_max=49152, local_max=(1024, 1024, 64), tensor_cores=SM80)
+
+
+def mm(m, n, k, dt=float16, batch=(), acc=float32, transpose_b=False):
+  """C = A @ B with A's and B's elements cast to `acc`, multiplied and summed there: what a tensor core computes."""
+  b_, nb = tuple(batch), len(batch)
+  a = st((*b_, m, k)).reshape((*b_, m, 1, k)).expand((*b_, m, n, k))
+  w = st((*b_, n, k)) if transpose_b else st((*b_, k, n)).permute((*range(nb), nb + 1, nb))
+  w = w.reshape((*b_, 1, n, k)).expand((*b_, m, n, k))
+  return kernel(red("SUM", alu("MUL", cast(ld("a", a, dt), acc), cast(ld("b", w, dt), acc)), (nb + 2,)))
+
+
+def test_fragment_maps_are_the_ptx_isas():
+  for lane in range(32):
+    g, t, bits = lane >> 2, lane % 4, {b: lane >> b & 1 for b in range(5)}
+    for i in range(8): assert (MMA_F16.coord("a", 0, bits, i), MMA_F16.coord("a", 1, bits, i)) == (g + 8 * (i >> 1 & 1), 2 * t + (i & 1) + 8 * (i >> 2))
+    for i in range(4): assert (MMA_F16.coord("b", 0, bits, i), MMA_F16.coord("b", 1, bits, i)) == (2 * t + (i & 1) + 8 * (i >> 1), g)
+    for i in range(4): assert (MMA_F16.coord("c", 0, bits, i), MMA_F16.coord("c", 1, bits, i)) == (g + 8 * (i >> 1), 2 * t + (i & 1))
+  assert [MMA_F16.elements(op) for op in "abc"] == [8, 4, 4]
+
+
+def test_tc_lays_out_the_warp_and_keeps_the_meaning():
+  k = Kernel(mm(32, 16, 64), GPU).apply_opts([Opt("TC", 0, 0)])
+  assert k.local_dims == 5 and k.upcasted == 3 and k.full_shape == (2, 2, 2, 2, 2, 2, 2, 4, 16, 2, 2)
+  assert k.tc_axes() == {"k": 8, "l0": 6, "l1": 5, "l2": 4, "l3": 3, "l4": 2, "e0": 10, "e1": 9}
+  k.apply_opts([Opt("LOCAL", 1, 2), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)])
+  assert k.tc_axes() == {"k": 9, "l0": 7, "l1": 6, "l2": 5, "l3": 4, "l4": 3, "e0": 11, "e1": 10}
+  assert pickle.loads(pickle.dumps(k)).sts == k.sts
+  from test_kernel import same_result
+  same_result(k)
+
+
+ILLEGAL = [  # (kernel, options, opts before, the TC opt, why)
+  (mm(32, 16, 32), LinearizerOptions("GPU"), [], Opt("TC", 0, 0), "no tensor cores"),
+  (mm(32, 16, 32), GPU, [Opt("UPCAST", 0, 2)], Opt("TC", 0, 0), "first"),
+  (mm(32, 16, 32, float32), GPU, [], Opt("TC", 0, 0), "no tensor core takes float32"),
+  (matmul(32, 16, 32, dtype=float16), GPU, [], Opt("TC", 0, 0), "no tensor core takes .* products in float16"),  # rounded products
+  (mm(32, 16, 32, acc=float16), GPU, [], Opt("TC", 0, 0), "summed in float16"),
+  (mm(24, 24, 32), GPU, [], Opt("TC", 0, 0), "no global axis"),  # neither M nor N a multiple of 16
+  (mm(32, 12, 32), GPU, [], Opt("TC", 0, 0), "no global axis"),  # nor N (nor M, for the operands swapped) of 8
+  (mm(32, 16, 24), GPU, [], Opt("TC", 0, 0), "no global axis"),  # K of 16
+  (kernel(red("SUM", cast(ld(1, (32, 16), float16), float32), (1,))), GPU, [], Opt("TC", 0, 0), "SUM over a MUL"),
+  (kernel(red("MAX", alu("MUL", cast(ld(1, (16, 16), float16), float32), cast(ld(2, (16, 16), float16), float32)), (1,))), GPU, [],
+   Opt("TC", 0, 0), "SUM over a MUL"),
+  (kernel(red("SUM", alu("MUL", alu("NEG", cast(ld(1, (16, 16), float16), float32)), cast(ld(2, (16, 16), float16), float32)), (1,))),
+   GPU, [], Opt("TC", 0, 0), "two LOADs"),
+  (mm(32, 16, 32), GPU, [], Opt("TC", 2, 0), "one of the 2 ways"),
+  (mm(32, 16, 32), GPU, [], Opt("TC", 0, 2), "no amount"),
+  (mm(32, 16, 32), GPU, [Opt("TC", 0, 0)], Opt("GROUP", 0, 2), "after TC"),
+  (mm(32, 16, 32), GPU, [Opt("TC", 0, 0)], Opt("PADTO", 0, 4), "after TC"),
+  (mm(32, 16, 32), GPU, [Opt("TC", 0, 0)], Opt("UPCAST", 2, 2), "lane"),
+  (mm(32, 16, 64), GPU, [Opt("TC", 0, 0)], Opt("UNROLL", 0, 0), "whole axis after TC"),
+  (mm(32, 16, 32), GPU, [Opt("TC", 0, 0)], Opt("TC", 0, 0), "first"),
+]
+
+@pytest.mark.parametrize("k,o,before,opt,why", ILLEGAL, ids=[f"{i}-{w.split()[0]}" for i, (*_, w) in enumerate(ILLEGAL)])
+def test_illegal_tc_raises_and_leaves_the_kernel_unchanged(k, o, before, opt, why):
+  kern = Kernel(k, o).apply_opts(before)
+  was = (list(kern.sts), list(kern.applied_opts), kern.upcasted, kern.local_dims, kern.tensor_core)
+  with pytest.raises(OptError, match=why): kern.apply_opt(opt)
+  assert (kern.sts, kern.applied_opts, kern.upcasted, kern.local_dims, kern.tensor_core) == was
+
+
+def test_both_operand_orders_match_where_both_fit_and_options_travel():
+  k = Kernel(mm(32, 16, 32), GPU)
+  assert [(tc.name, a.arg.buf, m, n) for tc, a, _, m, n, _ in k._tc_choices()] == [("mma_m16n8k16_f16", 1, 0, 1), ("mma_m16n8k16_f16", 2, 1, 0)]
+  assert LinearizerOptions.from_json(json.loads(json.dumps(GPU.to_json()))) == GPU and pickle.loads(pickle.dumps(GPU)) == GPU
+  assert Opt("TC", 0, 0) in actions_for(GPU) and not any(a.op == "TC" for a in actions_for(dataclasses.replace(GPU, tensor_cores=())))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("os").path.exists("/usr/local/cuda/bin/nvcc"), reason="no nvcc")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_cuda_device_functions_compile(tmp_path, arch):
+  nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+  src = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+  for tc, t in ((MMA_F16, "half"), (MMA_BF16, "__nv_bfloat16")):
+    fn, decl, call = cuda_wmma(tc)
+    a, b = ", ".join(f"A[l*8+{i}]" for i in range(8)), ", ".join(f"B[l*4+{i}]" for i in range(4))
+    src += fn + f'extern "C" __global__ void k_{tc.name}(const {t}* A, const {t}* B, float4* C) {{\n  int l = threadIdx.x;\n  {decl}' \
+          f"C[l] = {call.format(a=a, b=b, c='C[l]')};\n}}\n"
+  (tmp_path / "t.cu").write_text(src)
+  r = subprocess.run([nvcc, f"-arch={arch}", "-ptx", "-o", str(tmp_path / "t.ptx"), str(tmp_path / "t.cu")], capture_output=True, text=True)
+  assert r.returncode == 0, r.stderr
+  assert [l.split()[0] for l in (tmp_path / "t.ptx").read_text().splitlines() if "mma.sync" in l] == [MMA_F16.ptx, MMA_BF16.ptx]
+
+
+# ---- on OpenCL, through the emulation
+needs_opencl = pytest.mark.skipif(not opencl.available(), reason="no OpenCL device")
+
+def emulated(): return dataclasses.replace(opencl.options(), tensor_cores=SM80)
+
+def run(k, opts, seed=0):
+  kern = Kernel(k, emulated()).apply_opts(opts)
+  src = opencl.render(lower(kern, "kernel"))
+  assert ("mma_m16n8k16" in src) == any(o.op == "TC" for o in opts)
+  prog = opencl.Program(opencl.compile(src), "kernel")
+  host = reference.random_buffers(k, {}, seed)
+  want = [b.copy() for b in host]
+  reference.run(k, want, {})
+  prog(*host)
+  assert (msg := compare(k, host, want, {})) is None, msg
+
+
+TC_SCHEDULES = [
+  (mm(16, 8, 16), []), (mm(16, 8, 16, bfloat16), []), (mm(32, 16, 64), []), (mm(48, 40, 80, bfloat16), []),
+  (mm(32, 16, 32), [Opt("UPCAST", 0, 2)]), (mm(64, 32, 64), [Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)]),
+  (mm(64, 32, 32), [Opt("LOCAL", 0, 2), Opt("LOCAL", 1, 2)]), (mm(64, 48, 32, bfloat16), [Opt("LOCAL", 1, 3), Opt("UPCAST", 0, 2)]),
+  (mm(16, 16, 32, batch=(3,)), [Opt("LOCAL", 0, 3)]), (mm(32, 16, 48, transpose_b=True), []),
+]
+
+@needs_opencl
+@pytest.mark.parametrize("k,opts", TC_SCHEDULES, ids=[f"{i}-" + "-".join(f"{o.op}{o.axis}_{o.amt}" for o in s) for i, (_, s) in enumerate(TC_SCHEDULES)])
+def test_tc_kernels_match_the_reference_on_emulated_tensor_cores(k, opts):
+  run(k, [Opt("TC", 0, 0)] + opts)
+
+
+@needs_opencl
+def test_the_other_operand_order_matches_too():
+  run(mm(32, 16, 32), [Opt("TC", 1, 0)])
+
+
+@needs_opencl
+def test_a_fuzz_with_tensor_cores_drawn_finds_no_failures():
+  """Random TC kernels with TC and then random legal actions of the search's space, as a beam search would apply them;
+  and, drawn by the fuzzer (which draws TC too, illegal but where first), kernels TC may or may not fit."""
+  rng, cases, actions = random.Random(5), [], actions_for(emulated())
+  for i in range(28):
+    k = mm(16 * rng.randint(1, 3), 8 * rng.randint(1, 4), rng.choice((16, 32, 64)), rng.choice((float16, bfloat16)), batch=rng.choice(((), (2,)))) \
+      if i % 4 else rng.choice((matmul(16, 8, 16, dtype=float16), matmul(12, 8, 8), mm(24, 24, 32), mm(16, 8, 32)))
+    kern = Kernel(k, emulated())
+    if i % 4:
+      kern.apply_opt(Opt("TC", rng.randint(0, len(kern._tc_choices()) - 1), 0))
+      for _ in range(rng.randint(0, 3)):
+        if legal := list(children(kern, actions)): kern = rng.choice(legal)
+      opts = kern.applied_opts
+    else: opts = draw_opts(kern, rng)
+    cases.append(opts)
+    run(k, opts, seed=i)
+  after = [o.op for c in cases if c and c[0].op == "TC" for o in c[1:]]
+  assert sum(c[:1] == [Opt("TC", 1, 0)] for c in cases) >= 2 and {"UPCAST", "UNROLL", "LOCAL"} <= set(after) and len(after) >= 20, (cases, after)
