@@ -50,7 +50,7 @@ class Lang:
   select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
   convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
   vfma: str = "mulacc_{vt}({0},{1},{2})"
-  gep: str = "{x}[{i}]"                              # lane i of vector x
+  gep: str = "{x}[{i}]"                              # lane i of vector x ({xyzw}: its letter, lanes 0-3)
   wmma: Optional[Callable] = None                    # TensorCore -> (function, kernel declaration, call): tensor_cores.py
 
   def ctype(self, dt: DType) -> str: return self.types.get(dt.name, dt.c)
@@ -282,7 +282,7 @@ def render_source(prog: Program, lang: Lang) -> str:
       names[i] = src[0]
       na = u.arg.elements("a")
       line(f"{src[0]} = {lang.wmma(u.arg)[2].format(a=', '.join(src[1:1 + na]), b=', '.join(src[1 + na:]), c=src[0])};")
-    elif op == "GEP": define(i, lang.gep.format(x=src[0], i=u.arg))
+    elif op == "GEP": define(i, lang.gep.format(x=src[0], i=u.arg, xyzw="xyzw"[u.arg % 4]))
     elif op == "CAST":
       sdt = prog.uops[u.src[0]].dtype
       define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))

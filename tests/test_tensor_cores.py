@@ -5,7 +5,7 @@ import dataclasses, json, pickle, random, shutil, subprocess
 import pytest
 from devices import opencl
 from linearizer import reference
-from linearizer.builders import alu, cast, kernel, ld, matmul, red, st
+from linearizer.builders import alu, cast, const, kernel, ld, matmul, red, st
 from linearizer.dtypes import bfloat16, float16, float32
 from linearizer.fuzz import compare, draw_opts
 from linearizer.kernel import Kernel, Opt, OptError
@@ -117,11 +117,23 @@ def run(k, opts, seed=0):
   assert (msg := compare(k, host, want, {})) is None, msg
 
 
+def two_reduce_axes(m=32, n=16, k1=4, k2=32):
+  """A K split over two reduce axes that do not merge: A stored (m, k1, k2), B (k2, k1, n)."""
+  a = st((m, k1, k2)).reshape((m, 1, k1, k2)).expand((m, n, k1, k2))
+  b = st((k2, k1, n)).permute((2, 1, 0)).reshape((1, n, k1, k2)).expand((m, n, k1, k2))
+  return kernel(red("SUM", alu("MUL", cast(ld("a", a, float16), float32), cast(ld("b", b, float16), float32)), (2, 3)))
+
+def relu_to_half(m=32, n=16, k=32):
+  """An epilogue after the reduce: max(C, 0) stored as float16."""
+  r = mm(m, n, k).ast.src[0]
+  return kernel(cast(alu("MAX", r, const(0.0, (m, n, 1))), float16))
+
 TC_SCHEDULES = [
   (mm(16, 8, 16), []), (mm(16, 8, 16, bfloat16), []), (mm(32, 16, 64), []), (mm(48, 40, 80, bfloat16), []),
   (mm(32, 16, 32), [Opt("UPCAST", 0, 2)]), (mm(64, 32, 64), [Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)]),
   (mm(64, 32, 32), [Opt("LOCAL", 0, 2), Opt("LOCAL", 1, 2)]), (mm(64, 48, 32, bfloat16), [Opt("LOCAL", 1, 3), Opt("UPCAST", 0, 2)]),
   (mm(16, 16, 32, batch=(3,)), [Opt("LOCAL", 0, 3)]), (mm(32, 16, 48, transpose_b=True), []),
+  (two_reduce_axes(), []), (two_reduce_axes(), [Opt("UNROLL", 0, 2), Opt("UPCAST", 1, 2)]), (relu_to_half(), [Opt("UPCAST", 0, 2), Opt("LOCAL", 1, 2)]),
 ]
 
 @needs_opencl
