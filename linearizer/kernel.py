@@ -5,10 +5,10 @@ axes. The axes are ordered, left to right:
 
   thread | global | local | grouped reduce (local) | reduce | upcast (unrolled reduce and upcast)
 
-TC (tensor cores) lays out one warp's tile: its lane-id bits are the innermost local axes (size 2 each, lane bit 0
-innermost, so the launch's linear work-item id is the lane), then after the reduce axes one upcast axis for the
-tile's K and one per bit of C's element index (highest first); see tc_axes. A's and B's loads read those axes through
-their own fragment maps (lower.py).
+TC (tensor cores) lays out one warp's tile by C's fragment map: its lane-id bits are the innermost local axes (lane
+bit 0 innermost, so the launch's linear work-item id is the lane), then after the reduce axes one upcast axis for the
+tile's K and C's element-index bits (highest first); see tc_axes. A's and B's loads read those axes through their own
+fragment maps (lower.py).
 
 An opt splits an axis and moves the new part into one of those regions; it never changes what the
 kernel computes. An opt that is illegal here raises OptError and leaves the kernel as it was.
@@ -234,14 +234,15 @@ class Kernel:
 
   # ---- tensor cores
   @property
-  def _tc_lanes(self) -> int: return self.tensor_core[0].lane_bits if self.tensor_core else 0
+  def _tc_lanes(self) -> int: return len(self.tensor_core[0].axes("l")) if self.tensor_core else 0
 
-  def tc_axes(self) -> dict[str, int]:
-    """The axis of each bit of the tensor core's lane id ("l<b>") and of C's element index ("e<b>"), and of the tile's
-    K ("k"). Later opts keep them there: LOCAL inserts before the lanes, UPCAST and UNROLL append after these upcasts."""
+  def tc_axes(self) -> dict[str, tuple[int, int]]:
+    """Where each bit of the tensor core's lane id ("l<b>") and of C's element index ("e<b>") is, (axis, bit of its
+    index), and the tile's K ("k"). Later opts keep them there: LOCAL inserts before the lanes, UPCAST and UNROLL append
+    after these upcasts."""
     tc, u0 = self.tensor_core[0], self.shape_len - self.upcasted
-    ebits = tc.elements("c").bit_length() - 1
-    return {"k": u0, **{f"l{b}": self.first_reduce - 1 - b for b in range(tc.lane_bits)}, **{f"e{b}": u0 + ebits - b for b in range(ebits)}}
+    runs = list(enumerate(tc.axes("l"), self.first_reduce - self._tc_lanes)) + list(enumerate(tc.axes("e"), u0 + 1))
+    return {"k": (u0, 0)} | {s: (axis, j) for axis, r in runs for j, s in enumerate(r)}
 
   def _tc_choices(self) -> list[tuple[TensorCore, LazyOp, LazyOp, int, int, int]]:
     """Every (tensor core, A's LOAD, B's LOAD, M axis, N axis, K axis) this kernel matches: a SUM of products of two
@@ -254,7 +255,7 @@ class Kernel:
     check(all(s.op == "LOAD" for s in loads), "TC needs a product of two LOADs, each maybe through a CAST")
     tcs = [tc for tc in self.options.tensor_cores if all(s.dtype.name == tc.dtype_in for s in loads) and red.src[0].dtype.name == red.dtype.name == tc.dtype_out]
     check(bool(tcs), f"no tensor core takes {loads[0].dtype.name} x {loads[1].dtype.name} products in {red.src[0].dtype.name} summed in {red.dtype.name}")
-    vs = [Var(f"tc{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(self.full_shape)]
+    vs = [Var(f"_tc{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(self.full_shape)]
     def varies(ld: LazyOp) -> set[int]:  # the axes the LOAD's index or validity depends on
       st = self.sts[self.leaves.index(ld.arg)]
       idx, valid = st.expr_idxs([0 if st.shape[i] == 1 or v is None else v for i, v in enumerate(vs)])
@@ -277,25 +278,24 @@ class Kernel:
     o = self.options
     check(bool(o.tensor_cores), "no tensor cores on this device")
     check(not self.applied_opts, "TC must be the first opt")
-    check(o.has_local and o.local_size_max >= 32, "TC needs local dims for the warp's lanes")
     check(opt.amt in (None, 0), "TC takes no amount")
     choices = self._tc_choices()
     check(isinstance(opt.axis, int) and 0 <= opt.axis < len(choices), f"TC axis picks one of the {len(choices)} ways this kernel matches a tensor core")
     tc, a, b, m, n, k = choices[opt.axis]
+    check(o.has_local and tc.threads <= o.local_size_max, "TC needs local dims for the warp's lanes")
     fr, n0 = self.first_reduce, self.shape_len
-    labels = ["k"]
     self.shift_to(k, tc.dims[2])
-    for axis, bits in ((m, tc.c[0]), (n, tc.c[1])):
-      for label in bits.split():  # low bit first: each split takes the axis's lowest bit
-        self.shift_to(axis, 2)
-        labels.append(label)
-    at = {l: n0 + i for i, l in enumerate(labels)}
-    ebits = sorted((l for l in labels if l[0] == "e"), reverse=True)
-    order = list(range(fr)) + [at[f"l{b}"] for b in reversed(range(tc.lane_bits))] + list(range(fr, n0)) + [at["k"]] + [at[l] for l in ebits]
+    new = [("k",)]  # the bits each new axis holds, in the order they were split off to the end
+    for d, run in tc.runs():  # low bits first: each split takes the axis's lowest bits
+      self.shift_to((m, n)[d], 2 ** len(run))
+      new.append(run)
+    at = {r: n0 + i for i, r in enumerate(new)}
+    lanes, elems = tc.axes("l"), tc.axes("e")
+    order = list(range(fr)) + [at[r] for r in lanes] + list(range(fr, n0)) + [at[("k",)]] + [at[r] for r in elems]
     self.sts = [st.permute(order) for st in self.sts]
-    if self.full_shape[k + tc.lane_bits] == 1:  # all of K in one tile: the size-1 rest would read as a global axis
-      self._reshape_all(lambda shape: list(shape[:k + tc.lane_bits]) + list(shape[k + tc.lane_bits + 1:]))
-    self.local_dims, self.upcasted, self.tensor_core = tc.lane_bits, 1 + len(ebits), (tc, a, b)
+    if self.full_shape[k + len(lanes)] == 1:  # all of K in one tile: the size-1 rest would read as a global axis
+      self._reshape_all(lambda shape: list(shape[:k + len(lanes)]) + list(shape[k + len(lanes) + 1:]))
+    self.local_dims, self.upcasted, self.tensor_core = len(lanes), 1 + len(elems), (tc, a, b)
     self.applied_opts.append(opt)
 
   def _check_local_size(self, amt: int) -> None:

@@ -201,14 +201,16 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     whose elements are the output lanes C's map gives."""
     tc, a_ld, b_ld = k.tensor_core
     ax = k.tc_axes()
-    lane_bits = {b: loop_vars[ax[f"l{b}"]] for b in range(tc.lane_bits)}
+    lane_bits = {b: loop_vars[ax[f"l{b}"][0]] // (1 << ax[f"l{b}"][1]) % 2 for b in range(tc.lane_bits)}
     def bit(s: str, i: int) -> sint: return lane_bits[int(s[1:])] if s[0] == "l" else i >> int(s[1:]) & 1
     def frag(op: str, i: int) -> dict[int, sint]:  # the axes' values that address element i of A (op "a") or B ("b")
-      # A's M bits (its rows) or B's N bits (its columns), on the axes C's map gives them; then K: A's column, B's row
+      # A's M bits (its rows) or B's N bits (its columns), on the axes C's map gives them; then K: A's column, B's row.
+      # The element axes of C's other dim stay 0: the operand does not vary there.
       c_bits, own, kdim = (tc.c[0], tc.a[0], 1) if op == "a" else (tc.c[1], tc.b[1], 0)
-      return {ax[l]: 0 for l in ax if l[0] == "e"} | {ax[c]: bit(s, i) for c, s in zip(c_bits.split(), own.split())} | \
-        {ax["k"]: tc.coord(op, kdim, lane_bits, i)}  # the element axes of C's other dim: the operand does not vary there
-    nc, tc_up = tc.elements("c"), {v for l, v in ax.items() if l[0] in "ke"}
+      vals: dict[int, sint] = {axis: 0 for l, (axis, _) in ax.items() if l[0] == "e"}
+      for c, s in zip(c_bits.split(), own.split()): vals[ax[c][0]] = vals.get(ax[c][0], 0) + bit(s, i) * (1 << ax[c][1])
+      return vals | {ax["k"][0]: tc.coord(op, kdim, lane_bits, i)}
+    nc, tc_up = tc.elements("c"), {axis for l, (axis, _) in ax.items() if l[0] in "ke"}
     tiles, steps = [i for i in out_up if i not in tc_up], [i for i in upcast_axes if i not in tc_up]
     accs = {t: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False) for t in itertools.product(*(range(full[i]) for i in tiles))}
     inner, memo = loop(range(fr, up)), {}
@@ -223,7 +225,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     out = {}
     for ol in itertools.product(*(range(full[i]) for i in out_up)):
       l = dict(zip(out_up, ol))
-      out[ol] = emit(UOp("GEP", red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), sum(l[ax[f"e{b}"]] << b for b in range(nc.bit_length() - 1))))
+      j = sum((l[ax[f"e{b}"][0]] >> ax[f"e{b}"][1] & 1) << b for b in range(nc.bit_length() - 1))  # the element C's map puts here
+      out[ol] = emit(UOp("GEP", red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), j))
     return out
 
   reduced: dict[tuple, int] = {}

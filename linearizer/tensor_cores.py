@@ -30,6 +30,18 @@ class TensorCore:
   def elements(self, op: str) -> int: return 1 << max((int(s[1:]) + 1 for d in getattr(self, op) for s in d.split() if s[0] == "e"), default=0)
   @property
   def lane_bits(self) -> int: return self.threads.bit_length() - 1
+  def runs(self) -> list[tuple[int, tuple[str, ...]]]:
+    """C's coordinates' bits in runs of consecutive bits of both the coordinate and the lane id (or element index), in
+    C's order, low bits first: (C's dim, the run's bits). Each run is one kernel axis."""
+    out: list[tuple[int, tuple[str, ...]]] = []
+    for d, bits in enumerate(self.c):
+      for s in bits.split():
+        if out and out[-1][0] == d and (p := out[-1][1][-1])[0] == s[0] and int(s[1:]) == int(p[1:]) + 1: out[-1] = (d, out[-1][1] + (s,))
+        else: out.append((d, (s,)))
+    return out
+  def axes(self, kind: str) -> list[tuple[str, ...]]:
+    """The runs of lane ("l") or element ("e") bits, outermost (highest bits) first: the order of their axes."""
+    return sorted((r for _, r in self.runs() if r[0][0] == kind), key=lambda r: -int(r[0][1:]))
 
   def coord(self, op: str, dim: int, lane: dict, elem: int):
     """Operand op's coordinate dim (0: row, 1: column) of element `elem` held by the lane whose bits are `lane` (b -> a

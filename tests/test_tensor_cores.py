@@ -37,10 +37,14 @@ def test_fragment_maps_are_the_ptx_isas():
 
 def test_tc_lays_out_the_warp_and_keeps_the_meaning():
   k = Kernel(mm(32, 16, 64), GPU).apply_opts([Opt("TC", 0, 0)])
-  assert k.local_dims == 5 and k.upcasted == 3 and k.full_shape == (2, 2, 2, 2, 2, 2, 2, 4, 16, 2, 2)
-  assert k.tc_axes() == {"k": 8, "l0": 6, "l1": 5, "l2": 4, "l3": 3, "l4": 2, "e0": 10, "e1": 9}
-  k.apply_opts([Opt("LOCAL", 1, 2), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)])
-  assert k.tc_axes() == {"k": 9, "l0": 7, "l1": 6, "l2": 5, "l3": 4, "l4": 3, "e0": 11, "e1": 10}
+  # M/16, N/8 | groupID (lane bits 2-4, C's row bits 0-2), threadID_in_group (lane bits 0-1, C's column bits 1-2) | K/16 |
+  # K's tile, C's element bit 1 (its row bit 3), bit 0 (its column bit 0)
+  assert k.local_dims == 2 and k.upcasted == 3 and k.full_shape == (2, 2, 8, 4, 4, 16, 2, 2)
+  lanes = {"l2": (2, 0), "l3": (2, 1), "l4": (2, 2), "l0": (3, 0), "l1": (3, 1)}
+  assert k.tc_axes() == {"k": (5, 0), **lanes, "e1": (6, 0), "e0": (7, 0)}
+  k.apply_opts([Opt("LOCAL", 1, 2), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)])  # a local before the lanes, upcasts after C's
+  assert k.full_shape == (1, 1, 2, 8, 4, 2, 16, 2, 2, 2, 2)
+  assert k.tc_axes() == {"k": (6, 0), **{l: (a + 1, j) for l, (a, j) in lanes.items()}, "e1": (7, 0), "e0": (8, 0)}
   assert pickle.loads(pickle.dumps(k)).sts == k.sts
   from test_kernel import same_result
   same_result(k)
