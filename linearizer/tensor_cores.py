@@ -64,8 +64,9 @@ SM80 = (MMA_F16, MMA_BF16)  # what a CUDA device of compute capability 8.0 or la
 BY_NAME = {tc.name: tc for tc in SM80}
 
 
-# ---- CUDA: the device function and its call. A and B arrive as the renderer's half / __nv_bfloat16 registers, C as a
-# float4; pairs of elements pack into one 32-bit register, the lower element in the lower half, as the PTX ISA wants.
+# ---- CUDA: the device function and its call. A and B arrive as half / __nv_bfloat16 (a float register converts
+# implicitly, and exactly: it holds a loaded half), C as a float4; pairs of elements pack into one 32-bit register, the
+# lower-numbered element in the lower half, as the PTX ISA wants.
 _CUDA_PAIR = {"float16": ("half", "__halves2half2", "half2"), "bfloat16": ("__nv_bfloat16", "__halves2bfloat162", "__nv_bfloat162")}
 
 def cuda_wmma(tc: TensorCore) -> tuple[str, str, str]:
@@ -84,8 +85,9 @@ def cuda_wmma(tc: TensorCore) -> tuple[str, str, str]:
 
 # ---- OpenCL emulation: every lane writes its A and B elements at their (row, column) in the warp's tiles in local
 # memory, and after a barrier computes its C elements from the whole tiles: float products of the inputs (exact for
-# float16 and bfloat16) added to C in K order, fp32 throughout. Needs the work-group's first `threads` work-items in
-# uniform control flow, which the kernel's layout gives: the tensor core's lanes are its innermost local dims.
+# float16 and bfloat16) added to C in K order, fp32 throughout. Every work-item of the work-group must call it (it has
+# barriers), as the kernel does: in uniform control flow. A warp is `threads` consecutive work-items, as on the GPU:
+# the lanes are the kernel's innermost local dims.
 SCRATCH = "wmma_scratch"
 
 def scratch_floats(tc: TensorCore) -> int: return tc.dims[0] * tc.dims[2] + tc.dims[2] * tc.dims[1]

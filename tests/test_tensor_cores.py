@@ -170,3 +170,23 @@ def test_a_fuzz_with_tensor_cores_drawn_finds_no_failures():
     run(k, opts, seed=i)
   after = [o.op for c in cases if c and c[0].op == "TC" for o in c[1:]]
   assert sum(c[:1] == [Opt("TC", 1, 0)] for c in cases) >= 2 and {"UPCAST", "UNROLL", "LOCAL"} <= set(after) and len(after) >= 20, (cases, after)
+
+
+@needs_opencl
+def test_a_search_on_emulated_tensor_cores_measures_and_verifies_tc_candidates():
+  from search.tune import SearchSettings, tune
+  # PoCL builds a kernel with many barriers (the emulation's) slowly, at its first launch too: no candidate times out
+  s = SearchSettings(beam=2, budget_candidates=16, min_time_s=0.005, final_rounds=2, workers=1, timeout_factor=1e6)
+  r = tune(mm(64, 32, 64), "OPENCL", s, module="tc_opencl_backend")
+  tc = [c for c in r.candidates if c.opts and c.opts[0]["op"] == "TC"]
+  assert tc and all(c.status in ("ok", "slow") and (c.status != "ok" or c.verified) for c in tc), [(c.opts, c.status, c.error) for c in tc]
+  assert any(len(c.opts) > 1 for c in tc)  # the beam went on from TC
+
+
+@needs_opencl
+@pytest.mark.parametrize("k", [mm(64, 32, 64), mm(16, 8, 32, bfloat16), mm(32, 24, 16, batch=(2,)), relu_to_half(), two_reduce_axes()])
+def test_hand_coded_schedules_use_tensor_cores_and_match_the_reference(k):
+  from linearizer.heuristic import hand_coded_optimizations
+  opts = hand_coded_optimizations(Kernel(k, emulated()))
+  assert opts[0] == Opt("TC", 0, 0)
+  run(k, opts)
