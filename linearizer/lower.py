@@ -212,7 +212,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       return vals | {ax["k"][0]: tc.coord(op, kdim, lane_bits, i)}
     nc, tc_up = tc.elements("c"), {axis for l, (axis, _) in ax.items() if l[0] in "ke"}
     tiles, steps = [i for i in out_up if i not in tc_up], [i for i in upcast_axes if i not in tc_up]
-    accs = {t: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False) for t in itertools.product(*(range(full[i]) for i in tiles))}
+    accs = {t: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False)
+            for t in itertools.product(*(range(full[i]) for i in tiles))}
     inner, memo = loop(range(fr, up)), {}
     for step in itertools.product(*(range(full[i]) for i in steps)):
       l = dict(zip(steps, step))
