@@ -88,10 +88,11 @@ def test_both_operand_orders_match_where_both_fit_and_options_travel():
   assert Opt("TC", 0, 0) in actions_for(GPU) and not any(a.op == "TC" for a in actions_for(dataclasses.replace(GPU, tensor_cores=())))
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("os").path.exists("/usr/local/cuda/bin/nvcc"), reason="no nvcc")
+NVCC = shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin")
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_cuda_device_functions_compile(tmp_path, arch):
-  nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
   src = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
   for tc, t in ((MMA_F16, "half"), (MMA_BF16, "__nv_bfloat16")):
     fn, decl, call = cuda_wmma(tc)
@@ -99,8 +100,9 @@ def test_the_cuda_device_functions_compile(tmp_path, arch):
     src += fn + f'extern "C" __global__ void k_{tc.name}(const {t}* A, const {t}* B, float4* C) {{\n  int l = threadIdx.x;\n  {decl}' \
           f"C[l] = {call.format(a=a, b=b, c='C[l]')};\n}}\n"
   (tmp_path / "t.cu").write_text(src)
-  r = subprocess.run([nvcc, f"-arch={arch}", "-ptx", "-o", str(tmp_path / "t.ptx"), str(tmp_path / "t.cu")], capture_output=True, text=True)
-  assert r.returncode == 0, r.stderr
+  for out in ("cubin", "ptx"):  # assembled for the architecture (ptxas checks the mma there), and its PTX to read
+    r = subprocess.run([NVCC, f"-arch={arch}", f"-{out}", "-o", str(tmp_path / f"t.{out}"), str(tmp_path / "t.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
   assert [l.split()[0] for l in (tmp_path / "t.ptx").read_text().splitlines() if "mma.sync" in l] == [MMA_F16.ptx, MMA_BF16.ptx]
 
 
