@@ -19,6 +19,7 @@ from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition
 from devices.rtc import CompileError  # noqa: F401  (the device interface's)
 from devices.staging import staged
 from linearizer.options import LinearizerOptions
+from linearizer.tensor_cores import SM80
 from linearizer.render_c import LAUNCH, launch_sizes
 from linearizer.render_gpu import render_cuda as render  # noqa: F401  (the device interface's renderer)
 
@@ -30,14 +31,16 @@ DEFAULT_FLAGS: tuple[str, ...] = ("--fmad=false",)
 class CUDAError(RuntimeError): pass
 
 
-def _options(threads: int, block: tuple[int, ...], grid: tuple[int, ...], shared: int) -> LinearizerOptions:
-  # float16/bfloat16 live in float registers: only float32/float64 lanes are vectors (float4, double2 accesses)
+def _options(threads: int, block: tuple[int, ...], grid: tuple[int, ...], shared: int, sm: int) -> LinearizerOptions:
+  # float16/bfloat16 live in float registers: only float32/float64 lanes are vectors (float4, double2 accesses);
+  # mma.sync m16n8k16 with float16 and bfloat16 inputs from sm_80 on
   return LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_float4=True, float_vector_widths=(4,),
-                           vector_dtypes=("float32", "float64"), global_max=grid, local_max=block, local_size_max=threads, shared_max=shared)
+                           vector_dtypes=("float32", "float64"), tensor_cores=SM80 if sm >= 80 else (), global_max=grid, local_max=block,
+                           local_size_max=threads, shared_max=shared)
 
 # every sm_80 and sm_90 GPU (A100, A10, H100, H200): 1024 threads a block, block dims (1024, 1024, 64), grid dims
 # (2^31-1, 65535, 65535), 48 KiB of static shared memory a block. The schedules compile checks draw without a GPU.
-ARCH_OPTIONS = {arch: _options(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 << 10) for arch in ("sm_80", "sm_90")}
+ARCH_OPTIONS = {arch: _options(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 << 10, int(arch[3:])) for arch in ("sm_80", "sm_90")}
 
 
 @functools.cache
@@ -162,4 +165,4 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
 
 def options() -> LinearizerOptions:
   return _options(_attr("MAX_THREADS_PER_BLOCK"), tuple(_attr(f"MAX_BLOCK_DIM_{d}") for d in "XYZ"),
-                  tuple(_attr(f"MAX_GRID_DIM_{d}") for d in "XYZ"), _attr("MAX_SHARED_MEMORY_PER_BLOCK"))
+                  tuple(_attr(f"MAX_GRID_DIM_{d}") for d in "XYZ"), _attr("MAX_SHARED_MEMORY_PER_BLOCK"), int(arch()[3:]))

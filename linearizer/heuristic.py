@@ -44,12 +44,23 @@ def _locals(k: Kernel) -> None:
     if amt: budget //= amt
     if budget < 2: break
 
+def _tensor_cores(k: Kernel) -> bool:
+  """A matrix product on a device with tensor cores: TC, two tiles per warp along N and along M (each A fragment used
+  twice, each B fragment too) and two warps along each (a work-group of 4 warps shares the L1 lines of its tiles)."""
+  if not k.options.tensor_cores or k.applied_opts: return False
+  try: _, _, _, m, n, _ = k._tc_choices()[0]
+  except OptError: return False
+  if not _try(k, Opt("TC", 0, 0)): return False
+  for op in ("UPCAST", "LOCAL"):  # the global axes keep their places: TC, UPCAST and LOCAL move split parts past them
+    for axis in (n, m): _try(k, Opt(op, axis, 2))
+  return True
+
 def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   """Apply the hand-coded opts to `k` and return them."""
   start = len(k.applied_opts)
   work = math.prod(s if isinstance(s, int) else s.max for s in k.full_shape)
   gpu = k.options.has_local and k.options.has_shared
-  if gpu and k.reduceop is not None and _group_reduce(k): return k.applied_opts[start:]
+  if gpu and k.reduceop is not None and (_tensor_cores(k) or _group_reduce(k)): return k.applied_opts[start:]
   # 1. broadcast axes: a leaf that does not move along an output axis is reused by every lane of it, so
   #    upcasting such axes turns loads into register reuse (matmul's tile). The one the output is
   #    contiguous along becomes the vector, as wide as the ISA has; the others upcast by 8, then 4.

@@ -5,6 +5,11 @@ axes. The axes are ordered, left to right:
 
   thread | global | local | grouped reduce (local) | reduce | upcast (unrolled reduce and upcast)
 
+TC (tensor cores) lays out one warp's tile by C's fragment map: its lane-id bits are the innermost local axes (lane
+bit 0 innermost, so the launch's linear work-item id is the lane), then after the reduce axes one upcast axis for the
+tile's K and C's element-index bits (highest first); see tc_axes. A's and B's loads read those axes through their own
+fragment maps (lower.py).
+
 An opt splits an axis and moves the new part into one of those regions; it never changes what the
 kernel computes. An opt that is illegal here raises OptError and leaves the kernel as it was.
 """
@@ -17,7 +22,8 @@ from linearizer.ast import KernelAST, LazyOp, ReduceArg, load
 from linearizer.reference import alu, cast
 from linearizer.options import LinearizerOptions
 from linearizer.shapetracker import ShapeTracker
-from linearizer.symbolic import Node, sint
+from linearizer.symbolic import Node, Var, sint, variables
+from linearizer.tensor_cores import TensorCore
 
 OPTOPS = ("LOCAL", "GROUP", "GROUPTOP", "UPCAST", "UPCASTMID", "UNROLL", "NOLOCALS", "PADTO", "TC", "THREAD")
 MAX_UPCAST = 256       # elements one thread computes: beyond this the code explodes and registers spill
@@ -66,7 +72,7 @@ class Kernel:
     self.thread_dims = self.local_dims = self.group_for_reduces = self.upcasted = 0
     self.upcast_in_mid_reduce: list[int] = []
     self.dont_use_locals = False
-    self.tensor_core = None
+    self.tensor_core: Optional[tuple[TensorCore, LazyOp, LazyOp]] = None  # the tensor core, A's LOAD, B's LOAD
     self._initial_layout()
 
   # ---- the layout
@@ -151,13 +157,14 @@ class Kernel:
   def _apply(self, opt: Opt) -> None:
     o = self.options
     check(opt.op in OPTOPS, f"unknown opt {opt.op}")
+    if opt.op == "TC": return self._apply_tc(opt)
+    if self.tensor_core: check(opt.op in ("UPCAST", "UNROLL", "LOCAL"), f"{opt.op} after TC: only UPCAST, UNROLL and LOCAL keep the warp's layout")
     if opt.op == "NOLOCALS":
       check(o.has_local, "NOLOCALS needs a device with local dims")
       check(self.local_dims == 0 and self.group_for_reduces == 0 and not self.dont_use_locals, "NOLOCALS after locals were used")
       self.dont_use_locals = True
       self.applied_opts.append(opt)
       return
-    if opt.op == "TC": raise OptError("no tensor cores on this device" if not o.tensor_cores else "tensor cores are not implemented yet")
     check(isinstance(opt.axis, int) and opt.axis >= 0, f"{opt.op} needs an axis >= 0")
     axis = opt.axis + (self.first_reduce if opt.op == "UNROLL" else
                        self.first_reduce + self.group_for_reduces if opt.op in ("GROUP", "GROUPTOP") else 0)
@@ -170,13 +177,15 @@ class Kernel:
     if opt.op != "PADTO": check(size % amt == 0, f"{opt.op} {amt} does not divide axis {axis} of size {size}")
 
     if opt.op == "UPCAST":
-      check(self.thread_dims <= axis < self.first_reduce, "UPCAST is for a global or local axis")
-      check(math.prod(self.upcast_shape) * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
+      check(self.thread_dims <= axis < self.first_reduce - self._tc_lanes, "UPCAST is for a global or local axis (not a tensor core's lane)")
+      check(self._upcast_elements() * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
       self.shift_to(axis, amt)
       self.upcasted += 1
     elif opt.op == "UNROLL":
       check(reduce_range[0] <= axis < reduce_range[1], "UNROLL is for a reduce axis")
-      check(math.prod(self.upcast_shape) * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
+      # the size-1 axis a whole-axis UNROLL leaves would read as a global one, inside the warp's lanes
+      check(not self.tensor_core or amt < size, "UNROLL of a whole axis after TC")
+      check(self._upcast_elements() * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
       self.shift_to(axis, amt)
       self.upcasted += 1
     elif opt.op == "THREAD":
@@ -189,7 +198,7 @@ class Kernel:
       check(o.has_local and not self.dont_use_locals, "this kernel uses no local dims")
       check(self.thread_dims <= axis < self.first_reduce - self.local_dims, "LOCAL is for a global axis")
       self._check_local_size(amt)
-      self.shift_to(axis, amt, insert_before=self.first_reduce)
+      self.shift_to(axis, amt, insert_before=self.first_reduce - self._tc_lanes)  # the warp's lanes stay innermost
       self.local_dims += 1
     elif opt.op in ("GROUP", "GROUPTOP"):
       check(o.has_local and o.has_shared and not self.dont_use_locals, "grouping needs local dims and shared memory")
@@ -216,6 +225,77 @@ class Kernel:
       self.sts = [st.pad([(0, padded - size) if i == axis and s == size else (0, 0) for i, s in enumerate(st.shape)]) for st in self.sts]
     if self.group_for_reduces:  # after every opt: locals and upcasts grow what a grouped reduce keeps in shared memory
       check(self._shared_bytes() <= o.shared_max, f"the grouped reduce would need more than {o.shared_max} bytes of shared memory")
+    self.applied_opts.append(opt)
+
+  def _upcast_elements(self) -> int:
+    """The elements a thread computes: its upcast lanes, where a tensor core's K tile counts once (the tensor core
+    does those products)."""
+    return math.prod(self.upcast_shape) // (self.tensor_core[0].dims[2] if self.tensor_core else 1)
+
+  # ---- tensor cores
+  @property
+  def _tc_lanes(self) -> int: return len(self.tensor_core[0].axes("l")) if self.tensor_core else 0
+
+  def tc_axes(self) -> dict[str, tuple[int, int]]:
+    """Where each bit of the tensor core's lane id ("l<b>") and of C's element index ("e<b>") is, (axis, bit of its
+    index), and the tile's K ("k"). Later opts keep them there: LOCAL inserts before the lanes, UPCAST and UNROLL append
+    after these upcasts."""
+    tc, u0 = self.tensor_core[0], self.shape_len - self.upcasted
+    runs = list(enumerate(tc.axes("l"), self.first_reduce - self._tc_lanes)) + list(enumerate(tc.axes("e"), u0 + 1))
+    return {"k": (u0, 0)} | {s: (axis, j) for axis, r in runs for j, s in enumerate(r)}
+
+  def _tc_choices(self) -> list[tuple[TensorCore, LazyOp, LazyOp, int, int, int]]:
+    """Every (tensor core, A's LOAD, B's LOAD, M axis, N axis, K axis) this kernel matches: a SUM of products of two
+    LOADs of the tensor core's input dtype, each cast exactly to its accumulation dtype, which the product and the sum
+    are in (a tensor core's products are exact); a global axis along which only A varies and one along which only B
+    does, and a reduce axis along which both do, divisible by the tensor core's M, N and K."""
+    red = self.reduceop
+    check(red is not None and red.arg.fn == "SUM" and red.src[0].op == "MUL", "TC needs a SUM over a MUL")
+    loads = [s.src[0] if s.op == "CAST" and not s.arg.bitcast else s for s in red.src[0].src]
+    check(all(s.op == "LOAD" for s in loads), "TC needs a product of two LOADs, each maybe through a CAST")
+    tcs = [tc for tc in self.options.tensor_cores if all(s.dtype.name == tc.dtype_in for s in loads) and red.src[0].dtype.name == red.dtype.name == tc.dtype_out]
+    check(bool(tcs), f"no tensor core takes {loads[0].dtype.name} x {loads[1].dtype.name} products in {red.src[0].dtype.name} summed in {red.dtype.name}")
+    vs = [Var(f"_tc{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(self.full_shape)]
+    def varies(ld: LazyOp) -> set[int]:  # the axes the LOAD's index or validity depends on
+      st = self.sts[self.leaves.index(ld.arg)]
+      idx, valid = st.expr_idxs([0 if st.shape[i] == 1 or v is None else v for i, v in enumerate(vs)])
+      names = {v.name for v in variables(idx) | variables(valid)}
+      return {i for i, v in enumerate(vs) if v is not None and v.name in names}
+    out = []
+    for tc in tcs:
+      M, N, K = tc.dims
+      for a, b in (loads, loads[::-1]):
+        va, vb = varies(a), varies(b)
+        out += [(tc, a, b, m, n, k) for m in sorted(va - vb) for n in sorted(vb - va) for k in sorted(va & vb)
+                if m < self.first_reduce and n < self.first_reduce <= k and self.full_shape[m] % M == 0 and self.full_shape[n] % N == 0 and self.full_shape[k] % K == 0]
+    check(bool(out), "no global axis only A varies along, divisible by the tensor core's M, with one only B varies along, divisible by its N, "
+                     "and a reduce axis divisible by its K")
+    return out
+
+  def _apply_tc(self, opt: Opt) -> None:
+    """Lay out the warp's tile over the axes of the choice opt.axis (of _tc_choices): M's and N's low bits to the lane
+    and element axes C's map gives them, K's tile to an upcast axis; the rest of M, N and K stay where they were."""
+    o = self.options
+    check(bool(o.tensor_cores), "no tensor cores on this device")
+    check(not self.applied_opts, "TC must be the first opt")
+    check(opt.amt in (None, 0), "TC takes no amount")
+    choices = self._tc_choices()
+    check(isinstance(opt.axis, int) and 0 <= opt.axis < len(choices), f"TC axis picks one of the {len(choices)} ways this kernel matches a tensor core")
+    tc, a, b, m, n, k = choices[opt.axis]
+    check(o.has_local and tc.threads <= o.local_size_max, "TC needs local dims for the warp's lanes")
+    fr, n0 = self.first_reduce, self.shape_len
+    self.shift_to(k, tc.dims[2])
+    new = [("k",)]  # the bits each new axis holds, in the order they were split off to the end
+    for d, run in tc.runs():  # low bits first: each split takes the axis's lowest bits
+      self.shift_to((m, n)[d], 2 ** len(run))
+      new.append(run)
+    at = {r: n0 + i for i, r in enumerate(new)}
+    lanes, elems = tc.axes("l"), tc.axes("e")
+    order = list(range(fr)) + [at[r] for r in lanes] + list(range(fr, n0)) + [at[("k",)]] + [at[r] for r in elems]
+    self.sts = [st.permute(order) for st in self.sts]
+    if self.full_shape[k + len(lanes)] == 1:  # all of K in one tile: the size-1 rest would read as a global axis
+      self._reshape_all(lambda shape: list(shape[:k + len(lanes)]) + list(shape[k + len(lanes) + 1:]))
+    self.local_dims, self.upcasted, self.tensor_core = len(lanes), 1 + len(elems), (tc, a, b)
     self.applied_opts.append(opt)
 
   def _check_local_size(self, amt: int) -> None:

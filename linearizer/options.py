@@ -2,6 +2,7 @@
 from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
+from linearizer.tensor_cores import BY_NAME, TensorCore
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class LinearizerOptions:
   float_vector_widths: tuple[int, ...] = (4,)
   vector_dtypes: tuple[str, ...] = ("float16", "float32", "float64")  # the dtypes whose lanes the renderer can vectorise
   # tensor-core descriptions the device offers (empty: none)
-  tensor_cores: tuple = ()
+  tensor_cores: tuple[TensorCore, ...] = ()
   # launch limits: max global and local size per dimension (None: unlimited), shared bytes per workgroup
   global_max: tuple[int, ...] | None = None
   local_max: tuple[int, ...] | None = None
@@ -25,9 +26,11 @@ class LinearizerOptions:
   shared_max: int = 0
   threads: int = 1
 
-  def to_json(self) -> dict[str, Any]: return {f.name: _lists(getattr(self, f.name)) for f in fields(self)}
+  # a tensor core travels as its name
+  def to_json(self) -> dict[str, Any]: return {f.name: _lists(getattr(self, f.name)) for f in fields(self)} | {"tensor_cores": [t.name for t in self.tensor_cores]}
   @classmethod
-  def from_json(cls, d: dict[str, Any]) -> LinearizerOptions: return cls(**{k: _tuples(v) for k, v in d.items()})
+  def from_json(cls, d: dict[str, Any]) -> LinearizerOptions:
+    return cls(**{k: _tuples(v) for k, v in d.items()} | {"tensor_cores": tuple(BY_NAME[n] for n in d.get("tensor_cores", ()))})
 
 
 # JSON has lists only; the dataclass keeps tuples so that it stays hashable

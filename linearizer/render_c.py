@@ -7,10 +7,11 @@ lanes through masks where scalar code has ?:, and OpenCL's built-in vector types
 from __future__ import annotations
 import json, math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DType, bool_
 from linearizer.lower import Program
 from linearizer.symbolic import Var, evaluate, mod, parse, render
+from linearizer.tensor_cores import opencl_wmma
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Lang:
   select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
   convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
   vfma: str = "mulacc_{vt}({0},{1},{2})"
+  gep: str = "{x}[{i}]"                              # lane i of vector x ({xyzw}: its letter, lanes 0-3)
+  wmma: Optional[Callable] = None                    # TensorCore -> (function, kernel declaration, call): tensor_cores.py
 
   def ctype(self, dt: DType) -> str: return self.types.get(dt.name, dt.c)
   def storage_type(self, dt: DType) -> str: return self.storage.get(dt.name, self.ctype(dt))
@@ -107,7 +110,8 @@ float hround(float f) { return h2f(f2h(f)); }
   bounds="__attribute__((reqd_work_group_size({dims}))) ", barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
   fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={2: "short", 4: "int", 8: "long"},
   vbroadcast="({vt})({x})", vbuild="({vt})({xs})", vzero="({vt})(0)", vload="vload{n}(0, {p})", vstore="vstore{n}({x}, 0, {p});",
-  select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})")
+  select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})", gep="{x}.s{i}",
+  wmma=opencl_wmma)  # no OpenCL device has tensor cores: an emulation with their semantics, for tests
 
 
 def literal(val, dt: DType, lang: Lang = C) -> str:
@@ -288,6 +292,11 @@ def render_source(prog: Program, lang: Lang) -> str:
       x = at(b, idx) if u.vec == 1 else vmem(lang.vload, lang.vload_aligned, idx, u.vec).format(n=u.vec, p=ptr(b, idx), vt=types[i])
       if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
       define(i, x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
+    elif op == "WMMA":
+      names[i] = src[0]
+      na = u.arg.elements("a")
+      line(f"{src[0]} = {lang.wmma(u.arg)[2].format(a=', '.join(src[1:1 + na]), b=', '.join(src[1 + na:]), c=src[0])};")
+    elif op == "GEP": define(i, lang.gep.format(x=src[0], i=u.arg, xyzw="xyzw"[u.arg % 4]))
     elif op == "CAST":
       sdt = prog.uops[u.src[0]].dtype
       define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))
@@ -300,8 +309,12 @@ def render_source(prog: Program, lang: Lang) -> str:
   used = sorted({u.dtype.name for u in prog.uops if u.dtype is not None})
   needs = "".join(dict.fromkeys(lang.needs[d] for d in used if d in lang.needs))
   vectors = lang.vectors if any(u.vec > 1 for u in prog.uops) else ""
-  return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + \
-    f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+  fns = decls = ""
+  for tc in dict.fromkeys(u.arg for u in prog.uops if u.op == "WMMA"):
+    fn, decl, _ = lang.wmma(tc)
+    fns, decls = fns + fn, decls + (f"  {decl.format(warps=math.prod(prog.local) // tc.threads)}\n" if decl else "")
+  return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + fns + \
+    f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + decls + "\n".join(body) + "\n}\n"
 
 def render_c(prog: Program) -> str: return render_source(prog, C)
 def render_opencl(prog: Program) -> str: return render_source(prog, OPENCL)

@@ -8,6 +8,7 @@ only fused ops are the linearizer's MULACCs, fma()."""
 from __future__ import annotations
 from linearizer.lower import Program
 from linearizer.render_c import Lang, render_source
+from linearizer.tensor_cores import cuda_wmma
 
 # CUDA and HIP vectors: N lanes of T aligned to their size, so that a load or store of a whole one at an aligned index
 # is one instruction (ld.global.v4), and elsewhere lane by lane; every operator works lane by lane as the scalar op
@@ -54,7 +55,7 @@ template <class D, class S> __device__ inline D bitcast(S s) { D d; memcpy(&d, &
   store={"float16": "__float2half_rn({})", "bfloat16": "__float2bfloat16_rn({})"},
   narrow={"float16": "__half2float(__float2half_rn({}))", "bfloat16": "__bfloat162float(__float2bfloat16_rn({}))"},
   from_double={"float16": "__half2float(__double2half({}))"},
-  bitcast="bitcast<{d}>({x})", **_CPP)
+  bitcast="bitcast<{d}>({x})", wmma=cuda_wmma, gep="{x}.v[{i}]", **_CPP)
 
 # HIP: clang's _Float16 for float16 (its conversions round to nearest even, from double once) and bfloat16 by hand as
 # in OpenCL, so one source builds with hipRTC (ROCm >= 6) and with hipcc of any ROCm: their bfloat16 headers differ.

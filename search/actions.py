@@ -19,7 +19,7 @@ _SPACE: tuple[tuple[str, range, tuple[int, ...]], ...] = (
   ("UPCASTMID", range(2), (2, 4)),
   ("PADTO", range(7), (8, 16, 32)),
   ("THREAD", range(3), (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)),
-  ("TC", range(1), (0,)),
+  ("TC", range(1), (0,)),  # the first way the kernel matches a device's tensor core (Kernel._tc_choices)
 )
 ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE for a in axes for amt in amts) + (Opt("NOLOCALS"),)
 

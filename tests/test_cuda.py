@@ -15,7 +15,8 @@ from gpu_schedules import IDS, SCHEDULES, run, var_values
 from linearizer import reference
 from linearizer.builders import alu, kernel, ld, matmul, st
 from linearizer.fuzz import compare
-from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.dtypes import bfloat16, float16
+from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
 from linearizer.lower import lower
 from tunesvc.runtime import compile_kernel
 
@@ -39,6 +40,19 @@ def source(k, opts=(), arch="sm_80") -> str: return cuda.render(lower(Kernel(k, 
 def test_compile_errors_carry_nvrtcs_log():
   with pytest.raises(cuda.CompileError, match="no_such_identifier"):
     cuda.compile_for('extern "C" __global__ void k(float* o) { o[0] = no_such_identifier; }\n', "sm_80")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", R.ARCHS)
+def test_tensor_core_matmuls_of_float16_and_bfloat16_compile_to_mma(arch):
+  from test_tensor_cores import mm
+  for dt in (float16, bfloat16):
+    for k, opts in ((mm(64, 32, 64, dt), [Opt("TC", 0, 0)]), (mm(128, 64, 64, dt, batch=(2,)), [Opt("TC", 0, 0), Opt("UPCAST", 0, 2), Opt("LOCAL", 1, 2)]),
+                    (mm(64, 64, 64, dt, transpose_b=True), [Opt("TC", 0, 0), Opt("UPCAST", 1, 2), Opt("UNROLL", 0, 2)])):
+      src = source(k, opts, arch)
+      assert src.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{'f16.f16' if dt == float16 else 'bf16.bf16'}.f32") == 1
+      assert cuda.compile_for(src, arch).cubin[:4] == b"\x7fELF"  # ptxas assembled the mma for this architecture
+  assert cuda.ARCH_OPTIONS[arch].tensor_cores and "TC" in allowed_ops(cuda.ARCH_OPTIONS[arch])
 
 
 @needs_nvrtc
