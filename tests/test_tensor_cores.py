@@ -1,7 +1,7 @@
-"""Tensor cores (TC): the fragment maps against the PTX ISA's formulas, the opt's matching rules, the CUDA device function
-through nvcc where there is one, and TC kernels run for real on OpenCL, whose renderer emulates the tensor core's
-fragment semantics, against the reference."""
-import dataclasses, json, pickle, random, shutil, subprocess
+"""Tensor cores (TC): the fragment maps against the PTX ISA's formulas, the opt's matching rules, and TC kernels run for
+real on OpenCL, whose renderer emulates the tensor core's fragment semantics, against the reference (tests/test_cuda.py
+compiles them for sm_80 and sm_90 with NVRTC)."""
+import dataclasses, json, pickle, random
 import pytest
 from devices import opencl
 from linearizer import reference
@@ -11,7 +11,7 @@ from linearizer.fuzz import compare, draw_opts
 from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.lower import lower
 from linearizer.options import LinearizerOptions
-from linearizer.tensor_cores import MMA_BF16, MMA_F16, SM80, cuda_wmma
+from linearizer.tensor_cores import MMA_F16, SM80
 from search.actions import actions_for, children
 
 GPU = LinearizerOptions("GPU", shared_max=49152, local_max=(1024, 1024, 64), tensor_cores=SM80)
