@@ -2,8 +2,10 @@
 reductions: what a renderer has to spell right per dtype. The GPU languages' compile checks build each of them."""
 from linearizer.builders import alu, cast, kernel, ld, red
 from linearizer.dtypes import DTYPES, bool_, float32, float64
+from linearizer.kernel import Opt
 
 N = 64
+SCHEDULES = ([Opt("LOCAL", 0, 8)], [Opt("UPCAST", 0, 4)], [Opt("UPCAST", 0, 2)], [Opt("GROUP", 0, 16)])  # each kernel is built under each
 
 
 def _sum(xs):

@@ -30,9 +30,6 @@ needs_gpu = pytest.mark.skipif(not cuda.available(), reason="no NVIDIA GPU (no C
 SAMPLE = 300  # corpus cases, each compiled for sm_80 and sm_90
 
 
-CORNER_SCHEDULES = ([Opt("LOCAL", 0, 8)], [Opt("UPCAST", 0, 4)], [Opt("UPCAST", 0, 2)], [Opt("GROUP", 0, 16)])
-
-
 def source(k, opts=(), arch="sm_80") -> str: return cuda.render(lower(Kernel(k, cuda.ARCH_OPTIONS[arch]).apply_opts(opts)))
 
 
@@ -67,7 +64,7 @@ def test_cubins_come_with_ptxas_registers_and_spills(arch):
 def test_every_op_cast_and_reduction_of_every_dtype_compiles_scalar_and_vectorised():
   srcs = []
   for k in corner_kernels.KERNELS.values():
-    for opts in CORNER_SCHEDULES:
+    for opts in corner_kernels.SCHEDULES:
       try: srcs.append(source(k, opts))
       except OptError: continue  # a GROUP of an element-wise kernel
   with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
