@@ -6,8 +6,9 @@ errors (there must be none), compile time, and ptxas's registers and spills per 
 
 Schedules are the linearizer fuzzer's (linearizer.fuzz.draw_case: 0-4 opts among LOCAL GROUP GROUPTOP UPCASTMID
 NOLOCALS PADTO UPCAST UNROLL, drawn legally) under the CUDA LinearizerOptions of an sm_80/sm_90 GPU
-(devices.cuda.ARCH_OPTIONS: the two have the same limits), so each case is rendered once and compiled for both.
-Exit status 1 if any case fails to render or compile."""
+(devices.cuda.ARCH_OPTIONS: the two have the same limits), so each case is rendered once and compiled for both. Then
+the tensor-core path: float16 and bfloat16 matmuls accumulating in float32 under TC (mma.sync m16n8k16), alone and with
+more tiles, warps and unrolling. Exit status 1 if any case fails to render or compile."""
 from __future__ import annotations
 import argparse, functools, random, statistics, sys, time, traceback
 from multiprocessing import get_context
@@ -19,8 +20,10 @@ sys.path.insert(0, str(ROOT))  # runnable without installing the package
 sys.path.insert(0, str(ROOT / "bench"))
 from devices import cuda, nvrtc  # noqa: E402
 from linearizer.ast import load  # noqa: E402
+from linearizer.builders import matmul  # noqa: E402
+from linearizer.dtypes import bfloat16, float16, float32  # noqa: E402
 from linearizer.fuzz import Case, draw_case  # noqa: E402
-from linearizer.kernel import Kernel  # noqa: E402
+from linearizer.kernel import Kernel, Opt  # noqa: E402
 from linearizer.lower import lower  # noqa: E402
 import fuzz_linearizer as F  # noqa: E402
 
@@ -33,13 +36,20 @@ def cases(seed: int, per_kernel: int, sample: Optional[int] = None) -> list[Case
   todo = list(F.undrawn(kernels, 0, seed, per_kernel))
   return random.Random(seed).sample(todo, sample) if sample is not None and sample < len(todo) else todo
 
+def tc_cases() -> list[Case]:
+  """Tensor-core matmuls, their schedules given: TC alone, with 2x2 tiles a warp and 2 warps, and unrolled over K."""
+  shapes = [((64, 32, 64), {}, [Opt("TC", 0, 0)]), ((128, 64, 64), {"batch": (2,)}, [Opt("TC", 0, 0), Opt("UPCAST", 0, 2), Opt("UPCAST", 1, 2), Opt("LOCAL", 1, 2)]),
+            ((64, 64, 128), {"transpose_b": True}, [Opt("TC", 0, 0), Opt("UPCAST", 1, 2), Opt("UNROLL", 0, 2)])]
+  return [Case(matmul(*mnk, **kw, dtype=dt, acc=float32, name=f"tc_{dt.name}_{'x'.join(map(str, mnk))}").to_json(), opts, {}, 0, f"tc:{dt.name}")
+          for dt in (float16, bfloat16) for mnk, kw, opts in shapes]
+
 def compile_case(case: Case, archs: tuple[str, ...] = ARCHS) -> dict:
   """Draw the case's schedule, render it for CUDA, compile it for each arch: {case, source, per arch: seconds,
   registers, spills, or the error}."""
   out: dict = {"label": case.label, "archs": {}}
   try:
     k = load(case.doc)
-    case = draw_case(case, k, cuda.ARCH_OPTIONS[archs[0]], max_positions=2**62)
+    if case.opts is None: case = draw_case(case, k, cuda.ARCH_OPTIONS[archs[0]], max_positions=2**62)
     out["opts"] = " ".join(f"{o.op}{'' if o.axis is None else o.axis}:{o.amt}" for o in case.opts) or "no opts"
     src = out["source"] = cuda.render(lower(Kernel(k.rebased(), cuda.ARCH_OPTIONS[archs[0]]).apply_opts(case.opts), "kernel"))
   except Exception:
@@ -106,7 +116,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--out", help="also write the markdown here")
   args = p.parse_args(argv)
   archs = tuple(args.arch or ARCHS)
-  todo = cases(args.seed, args.per_kernel, args.sample)
+  todo = cases(args.seed, args.per_kernel, args.sample) + tc_cases()
   t = time.perf_counter()
   results = []
   for i, r in enumerate(run(todo, archs, args.jobs), 1):

@@ -100,17 +100,19 @@ def reduce(fn: str = "SUM", shape: Shape = (4096, 4096), axes: Sequence[int] = (
   return kernel(red(fn, ld("x", shape, dtype), axes), name)
 
 def matmul(m: int = 64, n: int = 64, k: int = 64, batch: Sequence[int] = (), transpose_a: bool = False,
-           transpose_b: bool = False, dtype: DType = float32, name: Optional[str] = None) -> KernelAST:
+           transpose_b: bool = False, dtype: DType = float32, name: Optional[str] = None, acc: Optional[DType] = None) -> KernelAST:
   """C = A @ B over full shape (*batch, m, n, k), reducing the last axis; C is (*batch, m, n, 1).
   A is stored (*batch, m, k), or (*batch, k, m) with transpose_a; B is (*batch, k, n), or (*batch, n, k)
-  with transpose_b."""
+  with transpose_b. With `acc`, A's and B's elements are cast to it, then multiplied and summed there (a tensor core's
+  float16 -> float32 matmul)."""
   b, nb = tuple(batch), len(batch)
   swap = (*range(nb), nb + 1, nb)  # swap the last two dims
   a = st((*b, k, m) if transpose_a else (*b, m, k))
   a = (a.permute(swap) if transpose_a else a).reshape((*b, m, 1, k)).expand((*b, m, n, k))
   w = st((*b, n, k) if transpose_b else (*b, k, n))
   w = (w if transpose_b else w.permute(swap)).reshape((*b, 1, n, k)).expand((*b, m, n, k))
-  return kernel(red("SUM", alu("MUL", ld("a", a, dtype), ld("b", w, dtype)), (nb + 2,)), name)
+  operand = lambda label, view: ld(label, view, dtype) if acc is None else cast(ld(label, view, dtype), acc)
+  return kernel(red("SUM", alu("MUL", operand("a", a), operand("b", w)), (nb + 2,)), name)
 
 # ---------------------------------------------------------------- windows: conv and pooling
 

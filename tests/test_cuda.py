@@ -15,7 +15,6 @@ from gpu_schedules import IDS, SCHEDULES, run, var_values
 from linearizer import reference
 from linearizer.builders import alu, kernel, ld, matmul, st
 from linearizer.fuzz import compare
-from linearizer.dtypes import bfloat16, float16
 from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
 from linearizer.lower import lower
 from tunesvc.runtime import compile_kernel
@@ -40,16 +39,12 @@ def test_compile_errors_carry_nvrtcs_log():
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("arch", R.ARCHS)
-def test_tensor_core_matmuls_of_float16_and_bfloat16_compile_to_mma(arch):
-  from test_tensor_cores import mm
-  for dt in (float16, bfloat16):
-    for k, opts in ((mm(64, 32, 64, dt), [Opt("TC", 0, 0)]), (mm(128, 64, 64, dt, batch=(2,)), [Opt("TC", 0, 0), Opt("UPCAST", 0, 2), Opt("LOCAL", 1, 2)]),
-                    (mm(64, 64, 64, dt, transpose_b=True), [Opt("TC", 0, 0), Opt("UPCAST", 1, 2), Opt("UNROLL", 0, 2)])):
-      src = source(k, opts, arch)
-      assert src.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{'f16.f16' if dt == float16 else 'bf16.bf16'}.f32") == 1
-      assert cuda.compile_for(src, arch).cubin[:4] == b"\x7fELF"  # ptxas assembled the mma for this architecture
-  assert cuda.ARCH_OPTIONS[arch].tensor_cores and "TC" in allowed_ops(cuda.ARCH_OPTIONS[arch])
+def test_tensor_core_matmuls_of_float16_and_bfloat16_compile_to_mma_for_sm80_and_sm90():
+  results = list(R.run(R.tc_cases(), R.ARCHS, jobs=2))
+  assert len(results) == 6 and R.failures(results) == []  # each compiled for both: ptxas assembled the mma there
+  ptx = {"tc:float16": "f16.f16", "tc:bfloat16": "bf16.bf16"}
+  assert [r["source"].count(f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx[r['label']]}.f32") for r in results] == [1] * 6
+  assert all(cuda.ARCH_OPTIONS[a].tensor_cores and "TC" in allowed_ops(cuda.ARCH_OPTIONS[a]) for a in R.ARCHS)
 
 
 @needs_nvrtc

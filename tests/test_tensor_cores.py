@@ -19,11 +19,7 @@ GPU = LinearizerOptions("GPU", shared_max=49152, local_max=(1024, 1024, 64), ten
 
 def mm(m, n, k, dt=float16, batch=(), acc=float32, transpose_b=False):
   """C = A @ B with A's and B's elements cast to `acc`, multiplied and summed there: what a tensor core computes."""
-  b_, nb = tuple(batch), len(batch)
-  a = st((*b_, m, k)).reshape((*b_, m, 1, k)).expand((*b_, m, n, k))
-  w = st((*b_, n, k)) if transpose_b else st((*b_, k, n)).permute((*range(nb), nb + 1, nb))
-  w = w.reshape((*b_, 1, n, k)).expand((*b_, m, n, k))
-  return kernel(red("SUM", alu("MUL", cast(ld("a", a, dt), acc), cast(ld("b", w, dt), acc)), (nb + 2,)))
+  return matmul(m, n, k, batch, transpose_b=transpose_b, dtype=dt, acc=acc)
 
 
 def test_fragment_maps_are_the_ptx_isas():
