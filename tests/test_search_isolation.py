@@ -1,4 +1,4 @@
-import statistics, time
+import os, statistics, time
 from pathlib import Path
 from devices import cpu
 from linearizer.builders import reduce
@@ -41,4 +41,5 @@ def test_timings_with_the_pool_busy_and_paused_match_timings_with_it_idle(tmp_pa
   print(f"fastest: idle {fastest(idle) * 1e3:.3f} ms, busy and paused {fastest(paused) * 1e3:.3f} ms; "
         f"typical: idle {typical(idle) * 1e3:.3f} ms, busy {typical(busy) * 1e3:.3f} ms")
   assert typical(busy) > 1.25 * typical(idle)
-  assert abs(fastest(paused) / fastest(idle) - 1) < 0.1
+  # a timing test: other work on the machine (load average) moves the paused runs too
+  assert abs(fastest(paused) / fastest(idle) - 1) < 0.1, f"load average {os.getloadavg()[0]:.2f}: needs the rest of the machine idle"
