@@ -19,7 +19,7 @@ from linearizer.kernel import Kernel
 from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
 from linearizer.shapetracker import affine
-from linearizer.symbolic import Var, lt, sint, smax, substitute, variables
+from linearizer.symbolic import Var, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
@@ -99,9 +99,12 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
 
   def index(st, lane: dict[int, int]) -> tuple[sint, sint]:
     # axes where this tracker has size 1 read index 0 (the STORE at reduce axes, leaves above the reduce);
-    # the vector axis reads the symbolic lane
+    # the vector axis reads the symbolic lane. Index and validity only matter where the validity holds: simplified
+    # under it, a padded view's index often loses its decode (// and %) and becomes affine in the loop variables
     idxs = [0 if st.shape[i] == 1 else lane[i] if i in lane else lane_var if i == vaxis else loop_vars[i] for i in range(n)]
-    return st.expr_idxs(idxs)
+    idx, valid = st.expr_idxs(idxs)
+    valid = simplify_valid(valid)
+    return simplify_where(idx, valid), valid
 
   def lane0(x: sint) -> sint: return substitute(x, {"_lane": 0})
 
