@@ -310,6 +310,24 @@ def test_a_padded_window_is_indexed_without_its_decode(corpus):
   assert len(loads) == 480 and not any(re.search(r"[/%]", x) for x in loads), loads[0]
   check(k, opts=opts)
 
+def most_live(prog) -> int:
+  """The most computed values (not constants, conditions or accumulators) defined and still to be used at one point."""
+  last = {s: i for i, u in enumerate(prog.uops) for s in u.src}
+  live, most = set(), 0
+  for i, u in enumerate(prog.uops):
+    live -= {s for s in u.src if last[s] == i}
+    if u.op in ("ALU", "LOAD", "CAST", "VBUILD", "VBROADCAST") and i in last: live.add(i)
+    most = max(most, len(live))
+  return most
+
+def test_an_unrolled_tree_reduce_combines_its_lanes_as_it_goes(corpus):
+  # an arange: a sum of 256 masked constants into one accumulator. Every lane computed before any was combined kept
+  # 256 values live, and gcc vectorised the loop with them spilled (21 s to compile); a balanced tree built as the
+  # lanes come keeps one partial sum per level
+  k, opts = corpus_kernel(corpus, "sops_8452"), [Opt("UNROLL", 0, 32), Opt("THREAD", 1, 4), Opt("UNROLL", 0, 0)]
+  assert most_live(program(k, opts)) <= 9
+  check(k, opts=opts)
+
 def test_a_matvec_with_its_unrolled_reduce_padded_matches_the_reference(corpus):
   # 28 outputs upcast, the reduce of 672 unrolled by 8 and its 84 iterations padded to 96, every load gated by r1<84:
   # reported giving ~1e35 under gcc 12 -O3 -march=native on an earlier AVX-512 host. The C is well-defined (gated
