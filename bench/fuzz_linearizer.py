@@ -247,13 +247,16 @@ def table(counts: dict[str, collections.Counter]) -> str:
   return "\n".join(lines)
 
 def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out: Optional[Path], log=print,
-         per_kernel: int = 0) -> dict[str, collections.Counter]:
+         per_kernel: int = 0, progress: int = 0) -> dict[str, collections.Counter]:
   """Run the cases `undrawn` gives; failures are logged and, with `out`, written there as replay files. So are
-compiles slower than SLOW_COMPILE_S, and at the end the slowest ones."""
+  compiles slower than SLOW_COMPILE_S, the counts so far every `progress` cases, and at the end the slowest compiles."""
   counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   slowest: list[tuple[float, str]] = []
-  for case in pool.run(undrawn(kernels, cases, seed, per_kernel)):
+  t0 = time.perf_counter()
+  for n, case in enumerate(pool.run(undrawn(kernels, cases, seed, per_kernel)), 1):
     counts[case.status][case.label.split(":")[0]] += 1
+    if progress and n % progress == 0:
+      log(f"{n} cases in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{st} {sum(counts[st].values())}" for st in STATUSES if counts.get(st)))
     if case.compile_s is not None:
       slowest = sorted(slowest + [(case.compile_s, describe(case))], reverse=True)[:5]
       if case.compile_s > SLOW_COMPILE_S: log(f"SLOW COMPILE {case.compile_s:.1f} s {describe(case)}")
@@ -296,6 +299,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--out", default="fuzz_failures", help="directory for replay files (default fuzz_failures/)")
   p.add_argument("--replay", metavar="FILE", help="run one replay file again; exit 0 if it passes now")
   p.add_argument("--print-source", action="store_true", help="with --replay: print the generated source")
+  p.add_argument("--progress", type=int, default=0, metavar="N", help="print the counts so far every N cases")
   args = p.parse_args(argv)
   if args.replay: return replay(args.replay, args.print_source, args.timeout)
   t0 = time.perf_counter()
@@ -306,7 +310,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"{args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
   with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions) as pool:
-    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel)
+    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress)
   t2 = time.perf_counter()
   print(table(counts))
   print(f"{args.cases} cases in {t2 - t1:.1f} s ({(t2 - t1) / max(1, args.cases) * 1e3:.0f} ms a case, {args.jobs} jobs); loading {t1 - t0:.1f} s")
