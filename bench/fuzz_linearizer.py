@@ -19,10 +19,11 @@ the seed. A case ends as
   ERROR          anything else raised in our Python (a traceback), or a worker lost before the program ran
 The cases run in spawned worker processes, one case at a time each, so a crash takes down only its worker, which is
 replaced. Every failure is written to --out as a JSON replay file; --replay runs one again (in a worker too).
+Compiles that take the compiler more than SLOW_COMPILE_S CPU seconds are logged, and the run ends with the slowest.
 Kernels whose full shape has more than --max-positions positions (at the variables' minimum) are skipped and counted.
 """
 from __future__ import annotations
-import argparse, collections, contextlib, hashlib, json, os, random, re, signal, subprocess, sys, tempfile, time, traceback
+import argparse, collections, contextlib, hashlib, json, os, random, re, resource, signal, subprocess, sys, tempfile, time, traceback
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 from multiprocessing import get_context
@@ -44,13 +45,19 @@ EXAMPLES = ROOT / "examples" / "kernels"
 STATUSES = ("PASS", "MISMATCH", "ILLEGAL_OPT", "OPT_ERROR", "COMPILE_ERROR", "RUN_ERROR", "ERROR")
 ASAN_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer")
 MAX_MESSAGE = 2000
+SLOW_COMPILE_S = 10.0  # compiler CPU seconds past which a case is called out: a search compiles hundreds of candidates
 
 
 # ---------------------------------------------------------------- one case, in a worker
 
-def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None) -> tuple[str, str]:
-  """(status, message) of one case. `on_run` is called just before the compiled program runs (a crash after it is
-  the program's). Buffers are exactly `buffer_sizes` long, so under ASan an access one past the end aborts."""
+def _children_cpu_s() -> float:
+  r = resource.getrusage(resource.RUSAGE_CHILDREN)  # the compiler's processes, once they are waited for
+  return r.ru_utime + r.ru_stime
+
+def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None, on_compiled=lambda s: None) -> tuple[str, str]:
+  """(status, message) of one case. `on_compiled` gets the CPU seconds the compiler took (0 from the compile cache),
+  `on_run` is called just before the compiled program runs (a crash after it is the program's). Buffers are exactly
+  `buffer_sizes` long, so under ASan an access one past the end aborts."""
   dev = registry.get(device)
   k = load(case.doc).rebased()
   vv = k.var_vals(case.var_vals)
@@ -59,8 +66,10 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
   if bad := [o for o in kern.applied_opts if o.op not in allowed_ops(kern.options)]: return "ILLEGAL_OPT", f"{device} accepted {bad[0]}"
   try: src = dev.render(lower(kern, "kernel"))
   except OptError as e: return "OPT_ERROR", f"accepted, then lowering raised: {e}"
+  t0 = _children_cpu_s()
   try: prog = dev.Program(dev.compile(src, flags), "kernel")
   except dev.CompileError as e: return "COMPILE_ERROR", str(e)
+  finally: on_compiled(_children_cpu_s() - t0)
   bufs = reference.random_buffers(k, vv, case.seed)
   want = [b.copy() for b in bufs]
   reference.run(k, want, vv)
@@ -70,7 +79,8 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
 
 
 def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int) -> None:
-  """Cases in, messages out: ("case", Case) once it is drawn, ("run",) as the program starts, ("done", status, message)."""
+  """Cases in, messages out: ("case", Case) once it is drawn, ("compiled", CPU seconds), ("run",) as the program starts,
+  ("done", status, message)."""
   os.environ.pop("LD_PRELOAD", None)  # an ASan runtime is loaded by now; the compilers this process starts must not get it
   die_with_parent()  # a case may run for minutes: a killed fuzzer must not leave it running
   parsed: dict[str, KernelAST] = {}  # each kernel validated once per worker, not per case
@@ -81,7 +91,7 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int) -> No
         if (key := json.dumps(case.doc)) not in parsed: parsed[key] = load(case.doc)
         case = draw_case(case, parsed[key], options, max_positions)
         conn.send(("case", case))
-      status, msg = execute(case, device, flags, lambda: conn.send(("run",)))
+      status, msg = execute(case, device, flags, lambda: conn.send(("run",)), lambda s: conn.send(("compiled", s)))
     except Exception:
       status, msg = "ERROR", traceback.format_exc()
     conn.send(("done", status, msg[-MAX_MESSAGE:]))
@@ -136,6 +146,7 @@ class Pool:
         msg = w.conn.recv()
         if msg[0] == "case": w.case, w.since = msg[1], time.monotonic()
         elif msg[0] == "run": w.running = True
+        elif msg[0] == "compiled": w.case.compile_s = msg[1]
         else: return msg[1], msg[2]
     where = "running the program" if w.running else "before the program ran"
     if time.monotonic() - w.since > self.timeout:
@@ -236,15 +247,24 @@ def table(counts: dict[str, collections.Counter]) -> str:
   return "\n".join(lines)
 
 def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out: Optional[Path], log=print,
-         per_kernel: int = 0) -> dict[str, collections.Counter]:
-  """Run the cases `undrawn` gives; failures are logged and, with `out`, written there as replay files."""
+         per_kernel: int = 0, progress: int = 0) -> dict[str, collections.Counter]:
+  """Run the cases `undrawn` gives; failures are logged and, with `out`, written there as replay files. So are
+  compiles slower than SLOW_COMPILE_S, the counts so far every `progress` cases, and at the end the slowest compiles."""
   counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-  for case in pool.run(undrawn(kernels, cases, seed, per_kernel)):
+  slowest: list[tuple[float, str]] = []
+  t0 = time.perf_counter()
+  for n, case in enumerate(pool.run(undrawn(kernels, cases, seed, per_kernel)), 1):
     counts[case.status][case.label.split(":")[0]] += 1
+    if progress and n % progress == 0:
+      log(f"{n} cases in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{st} {sum(counts[st].values())}" for st in STATUSES if counts.get(st)))
+    if case.compile_s is not None:
+      slowest = sorted(slowest + [(case.compile_s, describe(case))], reverse=True)[:5]
+      if case.compile_s > SLOW_COMPILE_S: log(f"SLOW COMPILE {case.compile_s:.1f} s {describe(case)}")
     if case.status != "PASS":
       msg = case.message.strip()
       msg = msg[-800:] if case.status == "ERROR" else msg[:800]  # a traceback ends with its error
       log(f"{case.status} {describe(case)}" + (f" -> {save(case, out)}" if out else "") + f"\n  {msg}")
+  log("slowest compiles (compiler CPU s): " + "; ".join(f"{s:.1f} {d}" for s, d in slowest))
   return counts
 
 
@@ -258,6 +278,7 @@ def replay(path: str, print_source: bool, timeout: float) -> int:
     except Exception as e: print(f"(no source: {type(e).__name__}: {e})")
   with Pool(1, device, bool(case.extra.get("asan")), timeout, case.extra.get("max_positions", 20_000_000)) as pool:
     (got,) = pool.run([case])
+  if got.compile_s is not None: print(f"compile: {got.compile_s:.1f} s of compiler CPU")
   print(f"{got.status}" + (f": {got.message.strip()}" if got.message else ""))
   return 0 if got.status == "PASS" else 1
 
@@ -278,6 +299,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--out", default="fuzz_failures", help="directory for replay files (default fuzz_failures/)")
   p.add_argument("--replay", metavar="FILE", help="run one replay file again; exit 0 if it passes now")
   p.add_argument("--print-source", action="store_true", help="with --replay: print the generated source")
+  p.add_argument("--progress", type=int, default=0, metavar="N", help="print the counts so far every N cases")
   args = p.parse_args(argv)
   if args.replay: return replay(args.replay, args.print_source, args.timeout)
   t0 = time.perf_counter()
@@ -288,7 +310,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"{args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
   with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions) as pool:
-    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel)
+    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress)
   t2 = time.perf_counter()
   print(table(counts))
   print(f"{args.cases} cases in {t2 - t1:.1f} s ({(t2 - t1) / max(1, args.cases) * 1e3:.0f} ms a case, {args.jobs} jobs); loading {t1 - t0:.1f} s")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 import numpy as np
 import numpy.typing as npt
+from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import render_c as render  # noqa: F401  (the device interface's renderer)
 
@@ -132,13 +133,14 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
 def _threads() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
-  """Everything that gives a timing its meaning on this host, and nothing volatile (no PIDs, no clocks)."""
+  """Everything that gives a timing its meaning on this host, the version of our code generator included, and nothing
+  volatile (no PIDs, no clocks)."""
   cc = _cc()
   _, real, version = _compiler(cc)
   model, isa = _cpuinfo()
   return {"backend": "CPU", "arch": platform.machine(), "cpu": model, "isa": sorted(isa & set(ISA_FLAGS)),
           "compiler": real, "compiler_version": version, "flags": list(flags), "target": _target(cc, flags),
-          "threads": _threads()}
+          "threads": _threads(), "codegen": CODEGEN_VERSION}
 
 def fingerprint_hash(fp: dict) -> str: return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()
 

@@ -18,6 +18,7 @@ from devices import nvrtc
 from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition for every backend)
 from devices.rtc import CompileError  # noqa: F401  (the device interface's)
 from devices.staging import staged
+from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from linearizer.tensor_cores import SM80
 from linearizer.render_c import LAUNCH, launch_sizes
@@ -161,7 +162,7 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
   _check(_cu().cuDeviceGetName(name, len(name), _device()), "cuDeviceGetName")
   driver = _int(_cu().cuDriverGetVersion)
   return {"backend": "CUDA", "device": name.value.decode(errors="replace"), "arch": arch(),
-          "driver_version": f"{driver // 1000}.{driver % 1000 // 10}", "nvrtc": nvrtc.version(), "flags": list(flags)}
+          "driver_version": f"{driver // 1000}.{driver % 1000 // 10}", "nvrtc": nvrtc.version(), "flags": list(flags), "codegen": CODEGEN_VERSION}
 
 def options() -> LinearizerOptions:
   return _options(_attr("MAX_THREADS_PER_BLOCK"), tuple(_attr(f"MAX_BLOCK_DIM_{d}") for d in "XYZ"),

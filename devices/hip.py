@@ -13,6 +13,7 @@ import numpy.typing as npt
 from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition for every backend)
 from devices.rtc import RTC, CompileError  # noqa: F401  (the device interface's)
 from devices.staging import staged
+from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import LAUNCH, launch_sizes
 from linearizer.render_gpu import render_hip as render  # noqa: F401  (the device interface's renderer)
@@ -134,7 +135,7 @@ class Program:
 
 def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
   return {"backend": "HIP", "device": _props().name.decode(errors="replace"), "arch": arch(),
-          "runtime_version": _int(_hip().hipRuntimeGetVersion), "hiprtc": _rtc().version(), "flags": list(flags)}
+          "runtime_version": _int(_hip().hipRuntimeGetVersion), "hiprtc": _rtc().version(), "flags": list(flags), "codegen": CODEGEN_VERSION}
 
 def options() -> LinearizerOptions:
   # float16/bfloat16 live in float registers: only float32/float64 lanes are vectors

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition for every backend)
 from devices.staging import staged
+from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import LAUNCH, OPENCL, launch_sizes, render_opencl as render  # noqa: F401  (the device interface's renderer)
 
@@ -171,7 +172,8 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
   return {"backend": "OPENCL", "platform": _info(cl.clGetPlatformInfo, p, cl.CL_PLATFORM_NAME),
           "platform_version": _info(cl.clGetPlatformInfo, p, cl.CL_PLATFORM_VERSION), "device": _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_NAME),
           "device_version": _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_VERSION), "driver_version": _info(cl.clGetDeviceInfo, d, cl.CL_DRIVER_VERSION),
-          "opencl_c_version": _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_OPENCL_C_VERSION), "flags": list(flags)}
+          "opencl_c_version": _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_OPENCL_C_VERSION), "flags": list(flags),
+          "codegen": CODEGEN_VERSION}
 
 def options() -> LinearizerOptions:
   cl, (_, d) = _cl(), _device()

@@ -61,6 +61,7 @@ class Case:
   status: str = ""
   message: str = ""
   extra: dict = field(default_factory=dict)  # where it ran: device, asan, max_positions
+  compile_s: Optional[float] = None           # CPU seconds its compile took (0 from the cache); not replayed
 
   def to_json(self) -> dict:
     return {"label": self.label, "status": self.status, "message": self.message, **self.extra, "seed": self.seed,

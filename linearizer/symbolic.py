@@ -268,6 +268,33 @@ def substitute(x: sint, env: Mapping[str, sint]) -> sint:
     return r
   return go(x)
 
+def simplify_where(x: sint, valid: sint) -> sint:
+  """x simplified where `valid` holds (anywhere else it may differ): its variables narrowed to the bounds valid's terms
+  on one variable alone put on them (v < c, -v < c), x re-simplified, then the variables given their own bounds back.
+  A padded axis's mask, say, bounds its index variable: a decode that only carries in the padding then drops out."""
+  terms = valid.terms if isinstance(valid, And) else (valid,) if isinstance(valid, Lt) else ()
+  own = {v.name: v for v in variables(x)}
+  bounds = {n: (v.min, v.max) for n, v in own.items()}
+  for t in terms:
+    if not isinstance(t, Lt): continue
+    v, k = (t.x, 1) if isinstance(t.x, Var) else (t.x.terms[0][0], t.x.terms[0][1]) if isinstance(t.x, Sum) and \
+      len(t.x.terms) == 1 and t.x.const == 0 and isinstance(t.x.terms[0][0], Var) else (None, 0)
+    if v is None or v.name not in bounds or k not in (1, -1): continue
+    lo, hi = bounds[v.name]
+    bounds[v.name] = (lo, min(hi, t.c - 1)) if k == 1 else (max(lo, 1 - t.c), hi)  # -v < c  <=>  v >= 1 - c
+  narrow = {n: Var(n, lo, hi) for n, (lo, hi) in bounds.items() if (lo, hi) != (own[n].min, own[n].max) and lo <= hi}
+  return substitute(substitute(x, narrow), own) if narrow else x
+
+def simplify_valid(valid: sint) -> sint:
+  """valid with each of its terms simplified where the others hold (in turn: a term is simplified under the terms
+  already simplified and the ones still to come, never under itself)."""
+  if not isinstance(valid, And): return valid
+  terms, done = list(valid.terms), []
+  for i, t in enumerate(terms):
+    if (t := simplify_where(t, land(*done, *terms[i + 1:]))) == 0: return 0
+    done.append(t)
+  return land(*done)
+
 def evaluate(x: sint, env: Mapping[str, object]):
   """Value of x for variable values by name; values may be ints or numpy int arrays."""
   if isinstance(x, int): return x

@@ -298,3 +298,42 @@ def test_mulacc_compiles_to_vector_fma_and_the_loop_stays_vectorised():
                        text=True, check=True).stdout
   assert len(re.findall(r"\tvfmadd\w+ps\t.*%zmm", asm)) >= 16, asm  # the 8x2 FMAs of the register tile, on 16 lanes
   assert not re.search(r"\tv(fmadd\w+|mul|add)ss\t", asm), asm  # and nothing scalar
+
+
+# ---------------------------------------------------------------- corpus schedules the fuzzer found failing
+
+def corpus_kernel(corpus, name): return next(k for k in corpus if k.name == name).rebased()
+
+def test_a_padded_window_is_indexed_without_its_decode(corpus):
+  # a convolution's weight gradient, its 240 output channels upcast, an output and a reduce axis padded: every load of
+  # the window was gated and indexed through // 58 and % 29, which never carry where the mask holds, and gcc took a
+  # minute over the 240 copies. Simplified under the mask, index and mask are affine in the loop variables.
+  k, opts = corpus_kernel(corpus, "sops_7806"), [Opt("UPCAST", 0, 0), Opt("PADTO", 3, 4), Opt("PADTO", 2, 4)]
+  src, _, _ = compile_kernel(k, "CPU", opts)
+  loads = re.findall(r"= (.*data\d\[.*);", src)
+  assert len(loads) == 480 and not any(re.search(r"[/%]", x) for x in loads), loads[0]
+  check(k, opts=opts)
+
+def most_live(prog) -> int:
+  """The most computed values (not constants, conditions or accumulators) defined and still to be used at one point."""
+  last = {s: i for i, u in enumerate(prog.uops) for s in u.src}
+  live, most = set(), 0
+  for i, u in enumerate(prog.uops):
+    live -= {s for s in u.src if last[s] == i}
+    if u.op in ("ALU", "LOAD", "CAST", "VBUILD", "VBROADCAST") and i in last: live.add(i)
+    most = max(most, len(live))
+  return most
+
+def test_an_unrolled_tree_reduce_combines_its_lanes_as_it_goes(corpus):
+  # an arange: a sum of 256 masked constants into one accumulator. Every lane computed before any was combined kept
+  # 256 values live, and gcc vectorised the loop with them spilled (21 s to compile); a balanced tree built as the
+  # lanes come keeps one partial sum per level
+  k, opts = corpus_kernel(corpus, "sops_8452"), [Opt("UNROLL", 0, 32), Opt("THREAD", 1, 4), Opt("UNROLL", 0, 0)]
+  assert most_live(program(k, opts)) <= 9
+  check(k, opts=opts)
+
+def test_a_matvec_with_its_unrolled_reduce_padded_matches_the_reference(corpus):
+  # 28 outputs upcast, the reduce of 672 unrolled by 8 and its 84 iterations padded to 96, every load gated by r1<84:
+  # reported giving ~1e35 under gcc 12 -O3 -march=native on an earlier AVX-512 host. The C is well-defined (gated
+  # loads in bounds, accumulators initialised; clean under ASan and UBSan) and correct on this host's targets.
+  check(corpus_kernel(corpus, "sops_3766"), opts=[Opt("UPCAST", 0, 0), Opt("UNROLL", 0, 8), Opt("PADTO", 1, 16)])

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from devices import cpu, registry
 from devices.cpu import CompileError, Program, alloc
+from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 
 DOUBLE = "void k(float* restrict out, const float* a, int n){ for(int i=0;i<n;i++) out[i]=a[i]*2; }"
@@ -90,7 +91,8 @@ def test_openmp_parallel_loop():
 
 def test_fingerprint():
   fp = cpu.fingerprint()
-  assert set(fp) == {"backend", "arch", "cpu", "isa", "compiler", "compiler_version", "flags", "target", "threads"}
+  assert set(fp) == {"backend", "arch", "cpu", "isa", "compiler", "compiler_version", "flags", "target", "threads", "codegen"}
+  assert fp["codegen"] == CODEGEN_VERSION
   assert fp["backend"] == "CPU" and fp["flags"] == list(cpu.DEFAULT_FLAGS) and os.path.isabs(fp["compiler"])
   assert cpu.fingerprint() == fp and cpu.fingerprint_hash(cpu.fingerprint()) == cpu.fingerprint_hash(fp)
   other = cpu.fingerprint(cpu.DEFAULT_FLAGS[:-1])

@@ -202,6 +202,27 @@ def test_land_of_bounds_and_boolean_variables_evaluates_like_python_and(bounds, 
   assert np.array_equal(values(land(*terms), env), truth.astype(np.int64))
 
 
+@given(cases(), st.data())
+def test_simplified_where_valid_holds_keeps_every_value_there(case, data):
+  """simplify_where: x's values wherever the validity holds; simplify_valid: the same validity everywhere. A validity
+  of bounds on single variables (what masks give) and a comparison of another expression."""
+  bounds, t, env = case
+  V = declare(bounds)
+  x, want = fold(t, V), expected_values(t, env)
+  y = fold(data.draw(trees(sorted(bounds))), V)
+  parts = data.draw(st.lists(st.tuples(st.booleans(), st.sampled_from(sorted(bounds)), st.integers(-16, 40)), max_size=4))
+  valid = land(*(lt(V[n], c) if below else ge(V[n], c) for below, n, c in parts), lt(y, data.draw(st.integers(-40, 40))))
+  holds = values(valid, env) == 1
+  assert np.array_equal(values(symbolic.simplify_where(x, valid), env)[holds], want[holds])
+  assert np.array_equal(values(symbolic.simplify_valid(valid), env), values(valid, env))
+
+def test_a_mask_drops_the_decode_that_only_carries_in_the_padding():
+  g, r = Var("g", 0, 3), Var("r", 0, 13)  # g padded from 3 to 4
+  idx, valid = (g * 15 + r) // 58 + (g + r * 2) % 29, land(lt((g + r * 2) % 29, 28), lt(g, 3))
+  assert symbolic.simplify_valid(valid) == land(lt(g + r * 2, 28), lt(g, 3))
+  assert symbolic.simplify_where(idx, valid) == g + r * 2
+  assert symbolic.simplify_where(idx, lt(g, 4)) == idx and symbolic.simplify_valid(land(lt(g, 3), lt(g * 10 + r, 34))) == Lt(g, 3)
+
 # ---- C rendering: one gcc build for a batch of random expressions
 
 def rand_tree(rng, names, leaves):

@@ -1,5 +1,7 @@
 import glob, json, time
 from dataclasses import replace
+from devices import cpu
+from linearizer import CODEGEN_VERSION
 from search.cache import ResultCache
 from search.result import SearchResult
 from tunesvc.cli import main
@@ -36,6 +38,15 @@ def test_cache_misses_on_another_fingerprint_or_action_space_version(tmp_path):
   assert c.get(r.kernel_key, "e" * 64, 1) is None and c.get(r.kernel_key, r.fingerprint_hash, 2) is None
   c.put(replace(r, best_s=0.5))  # a new search replaces the entry
   assert ResultCache(tmp_path / "r.sqlite").get(r.kernel_key, r.fingerprint_hash, 1).best_s == 0.5
+
+
+def test_results_tuned_on_older_generated_code_miss(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
+  args = ["tune", EXAMPLES[0], "--json", "--beam", "1", "--budget-candidates", "2"]
+  for cached in (False, True):
+    assert main(args) == 0 and json.loads(capsys.readouterr().out)["cached"] is cached
+  monkeypatch.setattr(cpu, "CODEGEN_VERSION", CODEGEN_VERSION + 1)  # the fingerprint, so the cache key, changes with it
+  assert main(args) == 0 and json.loads(capsys.readouterr().out)["cached"] is False
 
 
 def test_tune_rejects_an_unknown_device(capsys):
