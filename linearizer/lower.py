@@ -350,18 +350,22 @@ def vector_widths(ast: KernelAST, options: LinearizerOptions) -> tuple[int, ...]
 
 def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]:
   """The output upcast axis to carry as vector lanes: a kernel whose every value can be a vector, a width the ISA
-  has, and a STORE contiguous along it with a validity (and every CONST's) that does not depend on it."""
+  has, and a STORE contiguous along it with a validity (and every CONST's) that does not depend on it, whatever lane
+  of the other upcast axes (a padded axis's mask may tie the two)."""
   widths = vector_widths(k.ast, k.options)
+  upcasts = range(k.shape_len - k.upcasted, k.shape_len)
   for axis in reversed(out_up):
     if k.full_shape[axis] not in widths: continue
     lv = Var("_lane", 0, k.full_shape[axis] - 1)
-    def at(st):
-      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, 0) for i in range(k.shape_len)])
-    idx, valid = at(k.sts[0])
-    aff = affine(idx, [lv])
-    if aff is None or aff[0][0] != 1 or lv in variables(valid): continue
-    if any(lv in variables(at(st)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg)): continue
-    return axis
+    others = [i for i in upcasts if i != axis]
+    def at(st, lane: dict[int, int]):
+      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else lane.get(i, loop_vars.get(i, 0)) for i in range(k.shape_len)])
+    def fits(lane: dict[int, int]) -> bool:
+      idx, valid = at(k.sts[0], lane)
+      aff = affine(idx, [lv])
+      if aff is None or aff[0][0] != 1 or lv in variables(valid): return False
+      return not any(lv in variables(at(st, lane)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg))
+    if all(fits(dict(zip(others, lane))) for lane in itertools.product(*(range(k.full_shape[i]) for i in others))): return axis
   return None
 
 def _scalar(val, dt: DType):
