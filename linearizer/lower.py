@@ -310,8 +310,11 @@ def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]
   for axis in reversed(out_up):
     if k.full_shape[axis] not in widths: continue
     lv = Var("_lane", 0, k.full_shape[axis] - 1)
+    # the other upcast axes at every one of their values, not only at 0: a padded axis upcast twice (sops_4149) has a
+    # STORE valid for every lane where the other upcast axis is 0 and for lane 0 only where it is 1
+    ups = {i: Var(f"_up{i}", 0, k.full_shape[i] - 1) for i in range(k.shape_len - k.upcasted, k.shape_len)}
     def at(st):
-      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, 0) for i in range(k.shape_len)])
+      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0)) for i in range(k.shape_len)])
     idx, valid = at(k.sts[0])
     aff = affine(idx, [lv])
     if aff is None or aff[0][0] != 1 or lv in variables(valid): continue

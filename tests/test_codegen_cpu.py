@@ -333,3 +333,10 @@ def test_a_matvec_with_its_unrolled_reduce_padded_matches_the_reference(corpus):
   # reported giving ~1e35 under gcc 12 -O3 -march=native on an earlier AVX-512 host. The C is well-defined (gated
   # loads in bounds, accumulators initialised; clean under ASan and UBSan) and correct on this host's targets.
   check(corpus_kernel(corpus, "sops_3766"), opts=[Opt("UPCAST", 0, 0), Opt("UNROLL", 0, 8), Opt("PADTO", 1, 16)])
+
+def test_a_vector_axis_is_only_taken_where_every_lane_of_the_other_upcasts_stores_alike(corpus):
+  # the padded axis upcast by 8, then its rest (2) upcast too: the STORE of the second half is valid in lane 0 only,
+  # which the vector axis check missed (it looked at the other upcast axes at 0), and the C used an undeclared _lane
+  k, opts = corpus_kernel(corpus, "sops_4149"), [Opt("THREAD", 0, 2), Opt("PADTO", 1, 8), Opt("UPCAST", 1, 8), Opt("UPCAST", 1, 0)]
+  assert "_lane" not in compile_kernel(k, "CPU", opts)[0]
+  check(k, opts=opts)
