@@ -28,6 +28,8 @@ from linearizer.symbolic import Var, lt, simplify_valid, simplify_where, sint, s
 #      VBUILD (src: one scalar per lane). ALU ops are the format's, and MULACC (src: a, b, c): a*b+c rounded once.
 #      `vec` > 1: a value of that many lanes; a bool vector is a comparison's lane mask.
 #      SPECIAL (arg: (Var, "group"|"local", launch dim)) DEFINE_LOCAL (arg: (name, elements)) BARRIER IF (arg: condition) ENDIF
+#      WMMA (src: acc, A's fragment, B's; arg: TensorCore; vec: C's elements) D = A @ B + C of the warp's tile into acc,
+#      like ACC. GEP (src: a vector; arg: lane) one lane of it.
 #      A LOAD's or STORE's buf is an int for a kernel argument, a DEFINE_LOCAL's name for local memory.
 # What lanes may carry as vectors: float32/float64 arithmetic, which C vector extensions do lane by lane as the scalar
 # ops do; float16 only loaded, stored, reduced and converted (its arithmetic rounds per op through float32); bool
@@ -78,8 +80,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   gpu, gfr = k.options.has_local, k.group_for_reduces
   gdims, ldims, outer_axes = [], [], range(fr)
   if gpu:
-    gidx, gdims, outer_axes = _launch("gidx", range(k.thread_dims, fr - k.local_dims), full)
-    lidx, ldims, _ = _launch("lidx", range(fr - k.local_dims, fr + gfr), full)  # int sizes: always fit
+    gidx, gdims, outer_axes = _launch("gidx", range(k.thread_dims, fr - k.local_dims), full, k.options.global_max)
+    lidx, ldims, _ = _launch("lidx", range(fr - k.local_dims, fr + gfr), full, k.options.local_max)  # int sizes: always fit
     loop_vars.update(gidx)
     loop_vars.update(lidx)
   upcast_axes = list(range(up, n))
@@ -89,7 +91,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
 
   def const(val, dt: DType) -> int: return emit(UOp("CONST", dt, (), _scalar(val, dt)))
   lane_var = Var("_lane", 0, 0)
-  vaxis = _vector_axis(k, out_up, loop_vars)
+  vaxis = None if k.tensor_core else _vector_axis(k, out_up, loop_vars)
   W = full[vaxis] if vaxis is not None else 1
   if vaxis is not None:
     out_up = [i for i in out_up if i != vaxis]
@@ -211,8 +213,45 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     seen.clear()
     return new
 
+  def tensor_core_reduce() -> dict[tuple, int]:
+    """One WMMA per tile (each combination of the other output upcasts) and unrolled reduce step: each lane's A and B
+    fragments loaded where the fragment maps put its elements (the M, N and K axes read from the lane's id bits and the
+    element's index through A's or B's map instead of C's, which the axes follow), the C fragment a vector accumulator
+    whose elements are the output lanes C's map gives."""
+    tc, a_ld, b_ld = k.tensor_core
+    ax = k.tc_axes()
+    lane_bits = {b: loop_vars[ax[f"l{b}"][0]] // (1 << ax[f"l{b}"][1]) % 2 for b in range(tc.lane_bits)}
+    def bit(s: str, i: int) -> sint: return lane_bits[int(s[1:])] if s[0] == "l" else i >> int(s[1:]) & 1
+    def frag(op: str, i: int) -> dict[int, sint]:  # the axes' values that address element i of A (op "a") or B ("b")
+      # A's M bits (its rows) or B's N bits (its columns), on the axes C's map gives them; then K: A's column, B's row.
+      # The element axes of C's other dim stay 0: the operand does not vary there.
+      c_bits, own, kdim = (tc.c[0], tc.a[0], 1) if op == "a" else (tc.c[1], tc.b[1], 0)
+      vals: dict[int, sint] = {axis: 0 for l, (axis, _) in ax.items() if l[0] == "e"}
+      for c, s in zip(c_bits.split(), own.split()): vals[ax[c][0]] = vals.get(ax[c][0], 0) + bit(s, i) * (1 << ax[c][1])
+      return vals | {ax["k"][0]: tc.coord(op, kdim, lane_bits, i)}
+    nc, tc_up = tc.elements("c"), {axis for l, (axis, _) in ax.items() if l[0] in "ke"}
+    tiles, steps = [i for i in out_up if i not in tc_up], [i for i in upcast_axes if i not in tc_up]
+    accs = {t: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False)
+            for t in itertools.product(*(range(full[i]) for i in tiles))}
+    inner, memo = loop(range(fr, up)), {}
+    for step in itertools.product(*(range(full[i]) for i in steps)):
+      l = dict(zip(steps, step))
+      a = [value(a_ld, l | frag("a", i), memo) for i in range(tc.elements("a"))]
+      b = [value(b_ld, l | frag("b", i), memo) for i in range(tc.elements("b"))]
+      t = tuple(l[i] for i in tiles)
+      accs[t] = emit(UOp("WMMA", red.dtype.acc, (accs[t], *a, *b), tc, nc), dedup=False)
+    for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
+    seen.clear()
+    out = {}
+    for ol in itertools.product(*(range(full[i]) for i in out_up)):
+      l = dict(zip(out_up, ol))
+      j = sum((l[ax[f"e{b}"][0]] >> ax[f"e{b}"][1] & 1) << b for b in range(nc.bit_length() - 1))  # the element C's map puts here
+      out[ol] = emit(UOp("GEP", red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), j))
+    return out
+
   reduced: dict[tuple, int] = {}
-  if red is not None:
+  if red is not None and k.tensor_core: reduced = tensor_core_reduce()  # the tensor core's accumulation is the SUM's dtype
+  elif red is not None:
     accs = define_accs(list(itertools.product(*(range(full[i]) for i in out_up))))
     chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
     add, done = folder(accs, chain)
@@ -243,16 +282,22 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), tuple(s for _, s in gdims), tuple(s for _, s in ldims))
 
 
-def _launch(prefix: str, axes, full, dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
+def _launch(prefix: str, axes, full, maxes: Optional[tuple[int, ...]] = None, dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
   """Axes onto at most `dims` launch dims, the innermost axis on dim 0 and the outermost ones sharing the last (decoded
   with // and %, so only the outermost of those may have a symbolic size; the rest stay loops): (each axis's index,
-  each launch dim's index variable and size, the axes left to loops)."""
+  each launch dim's index variable and size, the axes left to loops). A dim past the device's limit for it (`maxes`:
+  CUDA has 65535 blocks in y and z, 2^31-1 in x) is merged with the dims inside it into dim 0, decoded alike."""
   axes = [i for i in axes if full[i] != 1][::-1]  # innermost first
   shared, loops = axes[dims - 1:], []
   while any(not isinstance(full[i], int) for i in shared[:-1]): loops.insert(0, shared.pop())
+  groups = [[i] for i in axes[:dims - 1]] + ([shared] if shared else [])
+  while maxes and (d := next((d for d, g in enumerate(groups) if smax(math.prod(full[i] for i in g)) > maxes[d]), 0)) > 0:
+    merged = [i for g in groups[:d + 1] for i in g]
+    if any(not isinstance(full[i], int) for i in merged[:-1]): break  # not decodable: the launch reports the limit
+    groups = [merged] + groups[d + 1:]
   idx: dict[int, sint] = {}
   launch: list[tuple[Var, sint]] = []
-  for d, group in enumerate([[i] for i in axes[:dims - 1]] + ([shared] if shared else [])):
+  for d, group in enumerate(groups):
     size = math.prod(full[i] for i in group)
     v, div = Var(f"{prefix}{d}", 0, smax(size) - 1), 1
     for i in group:
