@@ -17,7 +17,7 @@ import numpy.typing as npt
 from devices import nvrtc
 from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition for every backend)
 from devices.rtc import CompileError  # noqa: F401  (the device interface's)
-from devices.staging import staged
+from devices.staging import contiguous, staged
 from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from linearizer.tensor_cores import SM80
@@ -109,8 +109,7 @@ class Buffer:
 def alloc(n: int, dtype: npt.DTypeLike) -> Buffer: return Buffer(n, dtype)
 
 def copyin(buf: Buffer, host: np.ndarray) -> None:
-  x = np.ascontiguousarray(host, buf.dtype)
-  if x.size != buf.n: raise ValueError(f"copying {x.size} elements into a buffer of {buf.n}")
+  x = contiguous(buf, host)
   if x.size: _check(_cu().cuMemcpyHtoD_v2(buf.ptr, x.ctypes.data, x.nbytes), "cuMemcpyHtoD")
 
 def copyout(buf: Buffer) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import numpy.typing as npt
 from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition for every backend)
-from devices.staging import staged
+from devices.staging import contiguous, staged
 from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import LAUNCH, OPENCL, launch_sizes, render_opencl as render  # noqa: F401  (the device interface's renderer)
@@ -114,8 +114,7 @@ class Buffer:
 def alloc(n: int, dtype: npt.DTypeLike) -> Buffer: return Buffer(n, dtype)
 
 def copyin(buf: Buffer, host: np.ndarray) -> None:
-  x = np.ascontiguousarray(host, buf.dtype)
-  if x.size != buf.n: raise ValueError(f"copying {x.size} elements into a buffer of {buf.n}")
+  x = contiguous(buf, host)
   if x.size: _check(_cl().clEnqueueWriteBuffer(_context()[1], buf.mem, True, 0, x.nbytes, x.ctypes.data, 0, None, None), "clEnqueueWriteBuffer")
 
 def copyout(buf: Buffer) -> np.ndarray:

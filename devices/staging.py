@@ -4,6 +4,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 
+def contiguous(buf, host: np.ndarray) -> np.ndarray:
+  """`host` as the contiguous elements of a device buffer `buf` (its `n` and `dtype`), whose size it must have."""
+  x = np.ascontiguousarray(host, buf.dtype)
+  if x.size != buf.n: raise ValueError(f"copying {x.size} elements into a buffer of {buf.n}")
+  return x
+
 def staged(run: Callable[[list], object], bufs: Sequence, alloc: Callable, copyin: Callable, copyout: Callable):
   """run(device buffers), with the host arrays among bufs copied into new device buffers first and back out after, all
   of them (a kernel that writes an input must show it); returns what run returns."""

@@ -18,9 +18,9 @@ from tunesvc.config import Settings
 def _server(settings: Settings, log_level: str, access_log: bool) -> uvicorn.Server:
   return uvicorn.Server(uvicorn.Config(create_app(settings), log_level=log_level, access_log=access_log))
 
-def _api_process(settings: Settings, sock: socket.socket, log_level: str, access_log: bool) -> None:
+def _api_process(sock: socket.socket, *server_args) -> None:
   die_with_parent()
-  _server(settings, log_level, access_log).run(sockets=[sock])
+  _server(*server_args).run(sockets=[sock])
 
 
 class Service:
@@ -46,7 +46,7 @@ class Service:
     self.n_workers, self.procs = workers, []
 
   def _start_api(self) -> multiprocessing.Process:
-    p = multiprocessing.get_context("spawn").Process(target=_api_process, args=(self.api_args[0], self.sock, *self.api_args[1:]), daemon=True)
+    p = multiprocessing.get_context("spawn").Process(target=_api_process, args=(self.sock, *self.api_args), daemon=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir  # read when the child imports prometheus_client
     try: p.start()
     finally: del os.environ["PROMETHEUS_MULTIPROC_DIR"]
