@@ -89,7 +89,9 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   lanes = list(itertools.product(*(range(full[i]) for i in upcast_axes)))
   st_of = dict(zip(k.leaves, k.sts))
 
-  def const(val, dt: DType) -> int: return emit(UOp("CONST", dt, (), _scalar(val, dt)))
+  def const(val, dt: DType) -> int:
+    v = _scalar(val, dt)  # -0.0 == 0.0 as a key: a negative zero is never merged with the other
+    return emit(UOp("CONST", dt, (), v), dedup=not (dt.is_float and v == 0 and math.copysign(1.0, v) < 0))
   lane_var = Var("_lane", 0, 0)
   vaxis = None if k.tensor_core else _vector_axis(k, out_up, loop_vars)
   W = full[vaxis] if vaxis is not None else 1
@@ -132,8 +134,9 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       r = scalar_load(node.arg.buf, node.dtype, idx, valid)
     elif node.op == "CONST":
       _, valid = index(st_of[node.arg], lane)  # lane-independent where vectorised (_vector_axis checks)
-      r = const(node.arg.val if valid == 1 else 0, node.dtype) if isinstance(valid, int) else \
-        emit(UOp("ALU", node.dtype, (emit(UOp("VALID", bool_, (), valid)), const(node.arg.val, node.dtype), const(0, node.dtype)), "WHERE"))
+      c, zero = const(node.arg.val, node.dtype), const(0, node.dtype)  # one uop when the constant is 0 (not -0.0)
+      r = (c if valid == 1 else zero) if isinstance(valid, int) or c == zero else \
+        emit(UOp("ALU", node.dtype, (emit(UOp("VALID", bool_, (), valid)), c, zero), "WHERE"))
       if W > 1: r = emit(UOp("VBROADCAST", node.dtype, (r,), None, W))
     else:
       src = tuple(value(s, lane, memo) for s in node.src)

@@ -344,3 +344,12 @@ def test_a_vector_axis_is_only_taken_where_every_lane_of_the_other_upcasts_store
   k, opts = corpus_kernel(corpus, "sops_4149"), [Opt("THREAD", 0, 2), Opt("PADTO", 1, 8), Opt("UPCAST", 1, 8), Opt("UPCAST", 1, 0)]
   assert "_lane" not in compile_kernel(k, "CPU", opts)[0] and all(u.vec == 1 for u in program(k, opts).uops if u.op == "STORE")
   check(k, opts=opts)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_and_negative_zero_constants_stay_apart(device):
+  # -0.0 == 0.0 in Python: one kernel's two zero constants must not become one uop (x / -0 would read x / +0)
+  x = np.arange(1, 65, dtype=np.float32)
+  out = check(kernel(alu("DIV", alu("ADD", ld(1, (64,)), const(0.0, (64,))), const(-0.0, (64,)))), [x], device=device)
+  assert (out == -F("inf")).all()
+  out = check(kernel(alu("DIV", alu("ADD", ld(1, (64,)), const(-0.0, (64,))), const(0.0, (64,)))), [x], device=device)
+  assert (out == F("inf")).all()
