@@ -2,7 +2,7 @@
 the HIP renderer's source of every op, cast and reduction of every dtype, scalar and as vectors, and of a corpus
 sample under random GPU schedules, builds for gfx90a (and code-generates for gfx1100). With an AMD GPU: the GPU
 schedules against the reference, fingerprint and options."""
-import shutil, subprocess, sys
+import os, shutil, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import pytest
@@ -20,7 +20,8 @@ import cuda_compile_report as R  # noqa: E402
 
 HIPCC = shutil.which("hipcc")
 # CDNA2 (MI200) built whole; RDNA3 code-generated only, its device-library calls left unresolved: Debian's ROCm 5.2
-# device libraries stop at gfx1036. hipRTC includes hip_runtime.h by itself; hipcc is told to.
+# device libraries stop at gfx1036. hipRTC includes hip_runtime.h by itself; hipcc is told to. hipcc picks NVIDIA's
+# platform (and runs nvcc) where it finds CUDA, as on these machines: AMD's is asked for.
 BUILDS = {"gfx90a": ["-c"], "gfx1100": ["-S", "-nogpulib"]}
 OPTIONS = cuda.ARCH_OPTIONS["sm_80"]  # within AMD's limits too: 1024 work-items a group, 48 of its 64 KiB of LDS
 BATCH = 25  # kernels per hipcc run: each source in a namespace of its own, its kernel named apart
@@ -34,7 +35,7 @@ def hipcc(sources: list[str], tmp: Path) -> None:
     unit.write_text("".join(f"namespace n{j} {{\n{s}}}\n" for j, s in enumerate(sources[i:i + BATCH])))
     cmd = [HIPCC, "-x", "hip", "--cuda-device-only", *BUILDS[arch], *hip.DEFAULT_FLAGS, "-include", "hip/hip_runtime.h",
            f"--offload-arch={arch}", str(unit), "-o", str(unit.with_suffix(".out"))]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ | {"HIP_PLATFORM": "amd"})
     assert r.returncode == 0, f"{arch}: {r.stderr[:6000]}"
   with ThreadPoolExecutor(2) as pool: list(pool.map(build, [(i, a) for i in range(0, len(sources), BATCH) for a in BUILDS]))
 
