@@ -17,6 +17,7 @@ from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import LAUNCH, launch_sizes
 from linearizer.render_gpu import render_hip as render  # noqa: F401  (the device interface's renderer)
+from linearizer.tensor_cores import RDNA3
 
 ROCM_LIB = "/opt/rocm/lib"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-ffp-contract=off")  # no contraction: only the linearizer's MULACCs fuse
@@ -141,4 +142,4 @@ def options() -> LinearizerOptions:
   return LinearizerOptions("HIP", has_local=True, has_shared=True, supports_float4=True, float_vector_widths=(4,),
                            vector_dtypes=("float32", "float64"), global_max=tuple(_attr(f"MaxGridDim{d}") for d in "XYZ"),
                            local_max=tuple(_attr(f"MaxBlockDim{d}") for d in "XYZ"), local_size_max=_attr("MaxThreadsPerBlock"),
-                           shared_max=_attr("MaxSharedMemoryPerBlock"))
+                           shared_max=_attr("MaxSharedMemoryPerBlock"), tensor_cores=RDNA3 if arch().startswith("gfx11") else ())

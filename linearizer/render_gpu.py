@@ -8,7 +8,7 @@ only fused ops are the linearizer's MULACCs, fma()."""
 from __future__ import annotations
 from linearizer.lower import Program
 from linearizer.render_c import Lang, render_source
-from linearizer.tensor_cores import cuda_wmma
+from linearizer.tensor_cores import cuda_wmma, hip_wmma, metal_wmma
 
 # CUDA and HIP vectors: N lanes of T aligned to their size, so that a load or store of a whole one at an aligned index
 # is one instruction (ld.global.v4), and elsewhere lane by lane; every operator works lane by lane as the scalar op
@@ -39,7 +39,7 @@ _CPP = dict(  # what CUDA and HIP share
   wrap={"int32": "unsigned int", "int64": "unsigned long long", "uint16": "unsigned int"}, fma="fma{f}({0},{1},{2})", vectors=LANES, declare_vectors=False,
   vtype="lanes<{t},{n}>", mtype="lanes<bool,{n}>", vbroadcast="lanes_splat<{vt}>({x})", vbuild="{vt}{{{{{xs}}}}}", vzero="{vt}{{}}",
   vload="lanes_load<{vt}>({p})", vstore="lanes_store({p}, {x});", vload_aligned="*(const {vt}*)({p})", vstore_aligned="*({vt}*)({p}) = {x};",
-  select="lanes_select({m},{a},{b})", convert="lanes_convert<{vt}>({x})", vfma="lanes_fma({0},{1},{2})")
+  select="lanes_select({m},{a},{b})", convert="lanes_convert<{vt}>({x})", vfma="lanes_fma({0},{1},{2})", gep="{x}.v[{i}]")
 
 # CUDA: INFINITY and NAN are math.h's, which NVRTC lacks; the quiet NaN is the reference's. The fp16/bf16 headers only
 # where a program uses the dtype (they are most of a small kernel's compile time). float64 -> bfloat16 rounds through
@@ -55,7 +55,7 @@ template <class D, class S> __device__ inline D bitcast(S s) { D d; memcpy(&d, &
   store={"float16": "__float2half_rn({})", "bfloat16": "__float2bfloat16_rn({})"},
   narrow={"float16": "__half2float(__float2half_rn({}))", "bfloat16": "__bfloat162float(__float2bfloat16_rn({}))"},
   from_double={"float16": "__half2float(__double2half({}))"},
-  bitcast="bitcast<{d}>({x})", wmma=cuda_wmma, gep="{x}.v[{i}]", **_CPP)
+  bitcast="bitcast<{d}>({x})", wmma=cuda_wmma, **_CPP)
 
 # HIP: clang's _Float16 for float16 (its conversions round to nearest even, from double once) and bfloat16 by hand as
 # in OpenCL, so one source builds with hipRTC (ROCm >= 6) and with hipcc of any ROCm: their bfloat16 headers differ.
@@ -75,7 +75,7 @@ __device__ inline float bfround(float f) { return bf2f(f2bf(f)); }
   storage={"float16": "_Float16", "bfloat16": "unsigned short"},
   load={"float16": "(float)({})", "bfloat16": "bf2f({})"}, store={"float16": "(_Float16)({})", "bfloat16": "f2bf({})"},
   narrow={"float16": "(float)(_Float16)({})", "bfloat16": "bfround({})"}, from_double={"float16": "(float)(_Float16)({})"},
-  bitcast="__builtin_bit_cast({d}, {x})", **_CPP)
+  bitcast="__builtin_bit_cast({d}, {x})", wmma=hip_wmma, **_CPP)
 
 # Metal: no float64 (casts compare and EXP2/LOG2/SIN compute in float, exact for every float32 and narrower source),
 # work-item indices as attributed arguments, every argument bound to its buffer index. `kernel` is a keyword.
@@ -96,14 +96,16 @@ float bfround(float f) { return bf2f(f2bf(f)); }
   storage={"float16": "half", "bfloat16": "ushort"}, load={"float16": "float({})", "bfloat16": "bf2f({})"},
   store={"float16": "half({})", "bfloat16": "f2bf({})"}, narrow={"float16": "float(half({}))", "bfloat16": "bfround({})"},
   suffix={"int64": "L", "uint64": "UL", "uint32": "U"}, wrap={"int32": "uint", "int64": "ulong", "uint16": "uint"},
-  float_fn="", index="long", wide="float", bitcast="as_type<{d}>({x})", fma="fma({0},{1},{2})")
+  float_fn="", index="long", wide="float", bitcast="as_type<{d}>({x})", fma="fma({0},{1},{2})",
+  declare_vectors=False, vtype="{t}{n}", vbroadcast="{vt}({x})", wmma=metal_wmma)  # vectors: a tensor core's float2 accumulators only
 
 
 def render_cuda(prog: Program) -> str: return render_source(prog, CUDA)
 def render_hip(prog: Program) -> str: return render_source(prog, HIP)
 
 def render_metal(prog: Program) -> str:
-  """Metal source; lanes stay scalars (lower with no vector_dtypes) and float64 has no Metal type."""
-  if any(u.vec > 1 for u in prog.uops): raise ValueError("Metal renders scalar lanes only: lower with vector_dtypes=()")
+  """Metal source; lanes stay scalars (lower with no vector_dtypes), but for a tensor core's accumulators, and float64 has
+  no Metal type."""
+  if any(u.vec > 1 and u.op not in ("DEFINE_ACC", "WMMA") for u in prog.uops): raise ValueError("Metal renders scalar lanes only: lower with vector_dtypes=()")
   if any(u.dtype is not None and u.dtype.name == "float64" for u in prog.uops): raise ValueError("Metal has no float64")
   return render_source(prog, METAL)

@@ -7,9 +7,9 @@ lay its axes out by C's map while A's and B's loads alias the same lane and elem
 
 The renderers here are self-contained, each (TensorCore) -> (the device function, what the kernel must declare for it,
 with {warps} for the work-group's warps, and the call's format, with {a} and {b} the fragments' rendered elements in
-order, comma-separated, and {c} the accumulator, a float vector): CUDA's inline PTX, and an OpenCL C emulation with the
-same fragment semantics (the fragments through local memory), which is how the layouts are checked on a machine
-without tensor cores."""
+order, comma-separated, and {c} the accumulator, a float vector): CUDA's inline PTX, HIP's RDNA3 WMMA builtins, Metal's
+simdgroup matrices, and an OpenCL C emulation of any of them with the same fragment semantics (the fragments through
+local memory), which is how the layouts are checked on a machine without tensor cores."""
 from __future__ import annotations
 from dataclasses import dataclass
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class TensorCore:
   name: str                     # the device function's name
-  ptx: str                      # the PTX instruction (CUDA)
+  instruction: str              # what computes it: the PTX instruction (CUDA), the builtin (HIP, Metal)
   dims: tuple[int, int, int]    # M, N, K
   dtype_in: str                 # A's and B's dtype
   dtype_out: str                # C's and D's: the accumulation
@@ -61,7 +61,24 @@ _M16N8K16 = dict(dims=(16, 8, 16), dtype_out="float32", threads=32, a=("l2 l3 l4
 MMA_F16 = TensorCore("mma_m16n8k16_f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", dtype_in="float16", **_M16N8K16)
 MMA_BF16 = TensorCore("mma_m16n8k16_bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", dtype_in="bfloat16", **_M16N8K16)
 SM80 = (MMA_F16, MMA_BF16)  # what a CUDA device of compute capability 8.0 or later offers
-BY_NAME = {tc.name: tc for tc in SM80}
+
+# RDNA3 (gfx11) wave32 v_wmma_f32_16x16x16_{f16,bf16} (AMD's RDNA3 ISA guide; GPUOpen, "How to accelerate AI applications
+# on RDNA 3 using WMMA"): A: row = lane%16, col = i (16 elements; lanes 16-31 hold copies of lanes 0-15, so no l4);
+# B: row = i, col = lane%16; C and D, 8 floats: row = 2*i + lane/16, col = lane%16.
+_W16X16X16 = dict(dims=(16, 16, 16), dtype_out="float32", threads=32, a=("l0 l1 l2 l3", "e0 e1 e2 e3"), b=("e0 e1 e2 e3", "l0 l1 l2 l3"),
+                  c=("l4 e0 e1 e2", "l0 l1 l2 l3"))
+WMMA_F16 = TensorCore("wmma_16x16x16_f16", "__builtin_amdgcn_wmma_f32_16x16x16_f16_w32", dtype_in="float16", **_W16X16X16)
+WMMA_BF16 = TensorCore("wmma_16x16x16_bf16", "__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32", dtype_in="bfloat16", **_W16X16X16)
+RDNA3 = (WMMA_F16, WMMA_BF16)
+
+# Metal simdgroup_half8x8 x simdgroup_half8x8 + simdgroup_float8x8 (Apple GPUs from the M1/A14): every 8x8 matrix is held
+# the same way, 2 elements a lane (thread_elements()): row = (lane/4 & 4) + (lane/2 % 4), col = (lane/4 & 2)*2 + (lane%2)*2
+# + i, as MLX's steel MMA fragments read them (BaseMMAFrag::get_coord).
+_SIMD8 = ("l1 l2 l4", "e0 l0 l3")
+SIMDGROUP_F16 = TensorCore("simdgroup_8x8x8_f16", "simdgroup_multiply_accumulate", dims=(8, 8, 8), dtype_in="float16", dtype_out="float32",
+                           threads=32, a=_SIMD8, b=_SIMD8, c=_SIMD8)
+APPLE = (SIMDGROUP_F16,)
+BY_NAME = {tc.name: tc for tc in SM80 + RDNA3 + APPLE}
 
 
 # ---- CUDA: the device function and its call. A and B arrive as half / __nv_bfloat16 (a float register converts
@@ -78,11 +95,37 @@ def cuda_wmma(tc: TensorCore) -> tuple[str, str, str]:
   regs = "\n".join(f"  {t2} {x}{j}h = {pack}({x}{2 * j}, {x}{2 * j + 1}); unsigned {x}{j}r = *(unsigned*)&{x}{j}h;"
                    for x, n in (("a", na), ("b", nb)) for j in range(n // 2))
   ops = [f"%{i}" for i in range(4 + na // 2 + nb // 2 + 4)]
-  asm = f"{tc.ptx} {{{', '.join(ops[:4])}}}, {{{', '.join(ops[4:4 + na // 2])}}}, {{{', '.join(ops[4 + na // 2:4 + na // 2 + nb // 2])}}}, {{{', '.join(ops[-4:])}}};"
+  asm = f"{tc.instruction} {{{', '.join(ops[:4])}}}, {{{', '.join(ops[4:4 + na // 2])}}}, {{{', '.join(ops[4 + na // 2:4 + na // 2 + nb // 2])}}}, {{{', '.join(ops[-4:])}}};"
   ins = ", ".join([f'"r"({x}{j}r)' for x, n in (("a", na), ("b", nb)) for j in range(n // 2)] + [f'"f"(c.v[{i}])' for i in range(4)])
   return (f"__device__ inline {acc} {tc.name}({args}) {{\n{regs}\n  {acc} d;\n"
           f'  asm volatile("{asm}" : {", ".join(f"{chr(34)}=f{chr(34)}(d.v[{i}])" for i in range(4))} : {ins});\n  return d;\n}}\n'), "", \
     tc.name + "({a}, {b}, {c})"
+
+
+# ---- HIP (clang's builtins for gfx11): A and B arrive as floats holding float16 / bfloat16 values, converted exactly to
+# the builtin's _Float16 lanes or bfloat16's bits; C as lanes<float,8>.
+def hip_wmma(tc: TensorCore) -> tuple[str, str, str]:
+  na, nb, nc = tc.elements("a"), tc.elements("b"), tc.elements("c")
+  lane, to = ("_Float16", "(_Float16){}") if tc.dtype_in == "float16" else ("short", "(short)(__builtin_bit_cast(unsigned, {}) >> 16)")
+  args = ", ".join([f"float a{i}" for i in range(na)] + [f"float b{i}" for i in range(nb)] + [f"lanes<float,{nc}> c"])
+  frag = lambda x, n: "{" + ", ".join(to.format(f"{x}{i}") for i in range(n)) + "}"
+  return (f"__device__ inline lanes<float,{nc}> {tc.name}({args}) {{\n"
+          f"  typedef {lane} in_t __attribute__((ext_vector_type({na})));\n  typedef float acc_t __attribute__((ext_vector_type({nc})));\n"
+          f"  in_t a = {frag('a', na)}, b = {frag('b', nb)};\n  acc_t d = {{{', '.join(f'c.v[{i}]' for i in range(nc))}}};\n"
+          f"  d = {tc.instruction}(a, b, d);\n  lanes<float,{nc}> r;\n  for (int i = 0; i < {nc}; i++) r.v[i] = d[i];\n  return r;\n}}\n"), "", \
+    tc.name + "({a}, {b}, {c})"
+
+
+# ---- Metal: the fragments into simdgroup matrices' thread elements and back; C is a float2.
+def metal_wmma(tc: TensorCore) -> tuple[str, str, str]:
+  m, n, k = tc.dims
+  na, nb, nc = tc.elements("a"), tc.elements("b"), tc.elements("c")
+  args = ", ".join([f"float a{i}" for i in range(na)] + [f"float b{i}" for i in range(nb)] + [f"float{nc} c"])
+  fill = lambda x, cnt, conv: "".join(f"  {x}.thread_elements()[{i}] = {conv.format(f'{x}{i}' if x != 'd' else f'c[{i}]')};\n" for i in range(cnt))
+  return ("#include <metal_simdgroup_matrix>\n"
+          f"float{nc} {tc.name}({args}) {{\n  simdgroup_half{m}x{k} a; simdgroup_half{k}x{n} b; simdgroup_float{m}x{n} d;\n"
+          + fill("a", na, "half({})") + fill("b", nb, "half({})") + fill("d", nc, "{}") + f"  {tc.instruction}(d, a, b, d);\n"
+          f"  return float{nc}({', '.join(f'd.thread_elements()[{i}]' for i in range(nc))});\n}}\n"), "", tc.name + "({a}, {b}, {c})"
 
 
 # ---- OpenCL emulation: every lane writes its A and B elements at their (row, column) in the warp's tiles in local

@@ -2,7 +2,7 @@
 the HIP renderer's source of every op, cast and reduction of every dtype, scalar and as vectors, and of a corpus
 sample under random GPU schedules, builds for gfx90a (and code-generates for gfx1100). With an AMD GPU: the GPU
 schedules against the reference, fingerprint and options."""
-import os, shutil, subprocess, sys
+import dataclasses, os, shutil, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import pytest
@@ -11,8 +11,11 @@ from devices import cuda, hip, registry
 from gpu_schedules import IDS, SCHEDULES, run, var_values
 from linearizer.ast import load
 from linearizer.fuzz import draw_case
-from linearizer.kernel import Kernel, OptError
+from linearizer.builders import matmul
+from linearizer.dtypes import bfloat16, float16, float32
+from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.lower import lower
+from linearizer.tensor_cores import RDNA3
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -27,9 +30,10 @@ OPTIONS = cuda.ARCH_OPTIONS["sm_80"]  # within AMD's limits too: 1024 work-items
 BATCH = 25  # kernels per hipcc run: each source in a namespace of its own, its kernel named apart
 
 
-def hipcc(sources: list[str], tmp: Path) -> None:
-  """Build the sources in batches, each one translation unit (device code only), for each arch in BUILDS; two at a time."""
-  def build(job: tuple[int, str]) -> None:
+def hipcc(sources: list[str], tmp: Path, archs=tuple(BUILDS)) -> list[Path]:
+  """Build the sources in batches, each one translation unit (device code only), for each of `archs`; two at a time.
+  The outputs: objects, or assembly for gfx1100."""
+  def build(job: tuple[int, str]) -> Path:
     i, arch = job
     unit = tmp / f"unit{i}-{arch}.hip"
     unit.write_text("".join(f"namespace n{j} {{\n{s}}}\n" for j, s in enumerate(sources[i:i + BATCH])))
@@ -37,13 +41,14 @@ def hipcc(sources: list[str], tmp: Path) -> None:
            f"--offload-arch={arch}", str(unit), "-o", str(unit.with_suffix(".out"))]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ | {"HIP_PLATFORM": "amd"})
     assert r.returncode == 0, f"{arch}: {r.stderr[:6000]}"
-  with ThreadPoolExecutor(2) as pool: list(pool.map(build, [(i, a) for i in range(0, len(sources), BATCH) for a in BUILDS]))
+    return unit.with_suffix(".out")
+  with ThreadPoolExecutor(2) as pool: return list(pool.map(build, [(i, a) for i in range(0, len(sources), BATCH) for a in archs]))
 
-def sources(kernels) -> list[str]:
+def sources(kernels, options=OPTIONS) -> list[str]:
   """The HIP source of each (kernel, opts), its kernel named k<i>; schedules the layout has no room for are left out."""
   out = []
   for k, opts in kernels:
-    try: out.append(hip.render(lower(Kernel(k, OPTIONS).apply_opts(opts), f"k{len(out)}")))
+    try: out.append(hip.render(lower(Kernel(k, options).apply_opts(opts), f"k{len(out)}")))
     except OptError: continue
   return out
 
@@ -69,6 +74,17 @@ def test_hipcc_builds_a_corpus_sample_under_random_gpu_schedules(tmp_path):
   hipcc(srcs, tmp_path)
 
 
+@pytest.mark.skipif(HIPCC is None, reason="no hipcc (Debian: apt-get install hipcc; make test does as root)")
+def test_hipcc_builds_rdna3_tensor_core_kernels_into_wmma_instructions(tmp_path):
+  rdna3 = dataclasses.replace(OPTIONS, tensor_cores=RDNA3)
+  kernels = [(matmul(m, n, k, dtype=dt, acc=float32, **kw), [Opt("TC", 0, 0), *opts]) for dt in (float16, bfloat16) for (m, n, k), kw, opts in
+             [((16, 16, 16), {}, []), ((64, 32, 64), {}, [Opt("UPCAST", 0, 2)]), ((32, 32, 96), {"batch": (2,)}, [Opt("LOCAL", 0, 2), Opt("UNROLL", 0, 3)])]]
+  srcs = sources(kernels, rdna3)
+  assert len(srcs) == 6 and all("__builtin_amdgcn_wmma_f32_16x16x16_" in s for s in srcs)
+  asm = "".join(p.read_text() for p in hipcc(srcs, tmp_path, ("gfx1100",)))
+  assert asm.count("v_wmma_f32_16x16x16_f16") >= 3 and asm.count("v_wmma_f32_16x16x16_bf16") >= 3
+
+
 # ---------------------------------------------------------------- on an AMD GPU
 
 needs_gpu = pytest.mark.skipif(not hip.available(), reason="no AMD GPU (ROCm >= 6 with a device)")
@@ -77,6 +93,7 @@ needs_gpu = pytest.mark.skipif(not hip.available(), reason="no AMD GPU (ROCm >= 
 def test_fingerprint_options_and_registry():
   fp, o = hip.fingerprint(), hip.options()
   assert fp["backend"] == "HIP" and fp["arch"].startswith("gfx") and fp["device"] and o.local_size_max >= 256 and o.shared_max >= 32 << 10
+  assert o.tensor_cores == (RDNA3 if fp["arch"].startswith("gfx11") else ())
   assert registry.get("HIP:0") is registry.get("HIP") is hip and "HIP" in registry.available()
 
 @needs_gpu
