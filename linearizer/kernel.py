@@ -8,7 +8,7 @@ axes. The axes are ordered, left to right:
 TC (tensor cores) lays out one warp's tile by C's fragment map: its lane-id bits are the innermost local axes (lane
 bit 0 innermost, so the launch's linear work-item id is the lane), then after the reduce axes one upcast axis for the
 tile's K and C's element-index bits (highest first); see tc_axes. A's and B's loads read those axes through their own
-fragment maps (lower.py).
+fragment maps (lower.py). M, N and K that are not multiples of the tile are padded to one (at most doubled).
 
 An opt splits an axis and moves the new part into one of those regions; it never changes what the
 kernel computes. An opt that is illegal here raises OptError and leaves the kernel as it was.
@@ -56,6 +56,8 @@ def allowed_ops(o: LinearizerOptions) -> tuple[str, ...]:
                                  ("GROUPTOP", o.has_local and o.has_shared), ("UPCASTMID", o.has_local and o.has_shared),
                                  ("TC", bool(o.tensor_cores))) if ok)
 
+
+def _padded(size: int, multiple: int) -> int: return -(-size // multiple) * multiple
 
 def check(cond: bool, msg: str) -> None:
   if not cond: raise OptError(msg)
@@ -218,7 +220,7 @@ class Kernel:
       # the size-1 axis a whole-axis UNROLL leaves among the reduce axes would become an output axis inside the reduce loop
       check(axis < self.first_reduce or self.is_reduce_axis(axis), "PADTO among the reduce axes is for a reduce axis")
       check(size != 1, "PADTO of a size-1 axis, which may be the rest of a reduce: the output's 1 there would be padded too")
-      padded = -(-size // amt) * amt
+      padded = _padded(size, amt)
       check(padded != size, f"axis {axis} of size {size} is already a multiple of {amt}")
       check(padded <= 2 * size, f"padding {size} to {padded} more than doubles the work")
       if self.is_reduce_axis(axis): check(self._pad_reduce_is_exact(), "padding this reduce would change its result")
@@ -261,15 +263,20 @@ class Kernel:
       idx, valid = st.expr_idxs([0 if st.shape[i] == 1 or v is None else v for i, v in enumerate(vs)])
       names = {v.name for v in variables(idx) | variables(valid)}
       return {i for i, v in enumerate(vs) if v is not None and v.name in names}
+    def fits(axis: int, d: int, flat: Optional[LazyOp] = None) -> bool:
+      """The axis is a multiple of d, or padded to one at most doubles it, where the operand `flat`, which does not vary
+      along it, reads it as a broadcast (its fragments are the same for every lane's row or column there: no mask)."""
+      s = self.full_shape[axis]
+      return isinstance(s, int) and (s % d == 0 or _padded(s, d) <= 2 * s and (flat is None or self.sts[self.leaves.index(flat.arg)].broadcast_along(axis)))
     out = []
     for tc in tcs:
       M, N, K = tc.dims
       for a, b in (loads, loads[::-1]):
         va, vb = varies(a), varies(b)
         out += [(tc, a, b, m, n, k) for m in sorted(va - vb) for n in sorted(vb - va) for k in sorted(va & vb)
-                if m < self.first_reduce and n < self.first_reduce <= k and self.full_shape[m] % M == 0 and self.full_shape[n] % N == 0 and self.full_shape[k] % K == 0]
-    check(bool(out), "no global axis only A varies along, divisible by the tensor core's M, with one only B varies along, divisible by its N, "
-                     "and a reduce axis divisible by its K")
+                if m < self.first_reduce and n < self.first_reduce <= k and fits(m, M, b) and fits(n, N, a) and fits(k, K)]
+    check(bool(out), "no global axis only A varies along, a multiple of the tensor core's M, with one only B varies along, a multiple of "
+                     "its N, and a reduce axis a multiple of its K (or padded to one, at most doubled)")
     return out
 
   def _apply_tc(self, opt: Opt) -> None:
@@ -284,6 +291,14 @@ class Kernel:
     tc, a, b, m, n, k = choices[opt.axis]
     check(o.has_local and tc.threads <= o.local_size_max, "TC needs local dims for the warp's lanes")
     fr, n0 = self.first_reduce, self.shape_len
+    # pad M, N and K to the tile: A past M, B past N and both past K read 0, so the padded products add 0, and padded
+    # outputs are not stored; B along M and A along N are broadcasts, widened unmasked (fits): a lane's fragment serves
+    # every column (row) of C, whose mask a padded read would take from the lane's own
+    full, ops = self.full_shape, {self.leaves.index(a.arg), self.leaves.index(b.arg)}
+    for axis, d in zip((m, n, k), tc.dims):
+      if (size := _padded(full[axis], d)) == full[axis]: continue
+      self.sts = [st.widen(axis, size) if j in ops and st.broadcast_along(axis) else
+                  st.pad([(0, size - full[axis]) if i == axis and s == full[axis] else (0, 0) for i, s in enumerate(st.shape)]) for j, st in enumerate(self.sts)]
     self.shift_to(k, tc.dims[2])
     new = [("k",)]  # the bits each new axis holds, in the order they were split off to the end
     for d, run in tc.runs():  # low bits first: each split takes the axis's lowest bits

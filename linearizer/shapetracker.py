@@ -224,6 +224,15 @@ class ShapeTracker:
   def shrink(self, arg: Sequence[tuple[sint, sint]]) -> ShapeTracker: return self._on_last(self.views[-1].shrink(arg))
   def pad(self, arg: Sequence[tuple[sint, sint]]) -> ShapeTracker: return self._on_last(self.views[-1].pad(arg))
   def stride(self, mul_: Sequence[int]) -> ShapeTracker: return self._on_last(self.views[-1].stride(mul_))
+  def broadcast_along(self, axis: int) -> bool:
+    """Every index of `axis` reads the same (stride 0 there, unmasked): `widen` may lengthen it."""
+    v = self.views[-1]
+    return v.strides[axis] == 0 and (v.mask is None or v.mask[axis] == (0, v.shape[axis]))
+  def widen(self, axis: int, size: sint) -> ShapeTracker:
+    """A broadcast axis made `size` long, every new index reading what the others read (pad would mask them)."""
+    assert self.broadcast_along(axis), f"axis {axis} of {self} is not a broadcast"
+    v, put = self.views[-1], lambda t, x: t[:axis] + (x,) + t[axis + 1:]
+    return self._on_last(View.create(put(v.shape, size), v.strides, v.offset, None if v.mask is None else put(v.mask, (0, size))))
   def reshape(self, shape: Sequence[sint]) -> ShapeTracker:
     shape = tuple(shape)
     if shape == self.shape: return self

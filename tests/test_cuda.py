@@ -41,9 +41,9 @@ def test_compile_errors_carry_nvrtcs_log():
 @needs_nvrtc
 def test_tensor_core_matmuls_of_float16_and_bfloat16_compile_to_mma_for_sm80_and_sm90():
   results = list(R.run(R.tc_cases(), R.ARCHS, jobs=2))
-  assert len(results) == 6 and R.failures(results) == []  # each compiled for both: ptxas assembled the mma there
+  assert len(results) == 8 and R.failures(results) == []  # each compiled for both: ptxas assembled the mma there
   ptx = {"tc:float16": "f16.f16", "tc:bfloat16": "bf16.bf16"}
-  assert [r["source"].count(f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx[r['label']]}.f32") for r in results] == [1] * 6
+  assert [r["source"].count(f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx[r['label']]}.f32") for r in results] == [1] * 8
   assert all(cuda.ARCH_OPTIONS[a].tensor_cores and "TC" in allowed_ops(cuda.ARCH_OPTIONS[a]) for a in R.ARCHS)
 
 

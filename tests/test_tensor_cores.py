@@ -67,9 +67,9 @@ ILLEGAL = [  # (kernel, options, opts before, the TC opt, why)
   (mm(32, 16, 32, float32), GPU, [], Opt("TC", 0, 0), "no tensor core takes float32"),
   (matmul(32, 16, 32, dtype=float16), GPU, [], Opt("TC", 0, 0), "no tensor core takes .* products in float16"),  # rounded products
   (mm(32, 16, 32, acc=float16), GPU, [], Opt("TC", 0, 0), "summed in float16"),
-  (mm(24, 24, 32), GPU, [], Opt("TC", 0, 0), "no global axis"),  # neither M nor N a multiple of 16
-  (mm(32, 12, 32), GPU, [], Opt("TC", 0, 0), "no global axis"),  # nor N (nor M, for the operands swapped) of 8
-  (mm(32, 16, 24), GPU, [], Opt("TC", 0, 0), "no global axis"),  # K of 16
+  (mm(6, 6, 32), GPU, [], Opt("TC", 0, 0), "no global axis"),  # neither M nor N a multiple of 16, nor padded to one at most doubled
+  (mm(32, 3, 32), GPU, [], Opt("TC", 0, 0), "no global axis"),  # nor N (nor M, for the operands swapped) of 8
+  (mm(32, 16, 7), GPU, [], Opt("TC", 0, 0), "no global axis"),  # K of 16
   (kernel(red("SUM", cast(ld(1, (32, 16), float16), float32), (1,))), GPU, [], Opt("TC", 0, 0), "SUM over a MUL"),
   (kernel(red("MAX", alu("MUL", cast(ld(1, (16, 16), float16), float32), cast(ld(2, (16, 16), float16), float32)), (1,))), GPU, [],
    Opt("TC", 0, 0), "SUM over a MUL"),
@@ -133,6 +133,8 @@ TC_SCHEDULES = [
   (mm(64, 32, 32), [Opt("LOCAL", 0, 2), Opt("LOCAL", 1, 2)]), (mm(64, 48, 32, bfloat16), [Opt("LOCAL", 1, 3), Opt("UPCAST", 0, 2)]),
   (mm(16, 16, 32, batch=(3,)), [Opt("LOCAL", 0, 3)]), (mm(32, 16, 48, transpose_b=True), []),
   (two_reduce_axes(), []), (two_reduce_axes(), [Opt("UNROLL", 0, 2), Opt("UPCAST", 1, 2)]), (relu_to_half(), [Opt("UPCAST", 0, 2), Opt("LOCAL", 1, 2)]),
+  # padded to the tile: M, N, K, all three
+  (mm(12, 8, 16), []), (mm(16, 12, 16), []), (mm(16, 8, 24, bfloat16), []), (mm(20, 20, 20), [Opt("UPCAST", 1, 3)]), (relu_to_half(24, 12, 40), []),
 ]
 
 @needs_opencl
@@ -148,6 +150,7 @@ FAMILY_SCHEDULES = [
   (RDNA3, mm(16, 16, 32, batch=(2,), transpose_b=True), []), (RDNA3, relu_to_half(32, 16, 32), [Opt("UPCAST", 0, 2)]),
   (APPLE, mm(8, 8, 8), []), (APPLE, mm(16, 8, 24), [Opt("UPCAST", 0, 2)]), (APPLE, mm(32, 16, 32), [Opt("LOCAL", 0, 2), Opt("UNROLL", 0, 2)]),
   (APPLE, two_reduce_axes(16, 8, 4, 16), []), (APPLE, mm(16, 16, 16, batch=(3,)), [Opt("UPCAST", 1, 2), Opt("LOCAL", 0, 3)]),
+  (RDNA3, mm(12, 24, 20), []), (RDNA3, mm(16, 40, 16, bfloat16), [Opt("UPCAST", 1, 3)]), (APPLE, mm(6, 12, 20), []), (APPLE, relu_to_half(12, 8, 6), []),
 ]
 
 @needs_opencl
