@@ -105,7 +105,7 @@ float hround(float f) { return h2f(f2h(f)); }
   storage={"float16": "ushort", "bfloat16": "ushort", "bool": "uchar"},  # no bool in kernel arguments
   load={"float16": "h2f({})", "bfloat16": "bf2f({})"}, store={"float16": "f2h({})", "bfloat16": "f2bf({})"},
   narrow={"float16": "hround({})", "bfloat16": "bfround({})"}, from_double={"float16": "h2f(d2h({}))"},
-  suffix={"int64": "L", "uint64": "UL", "uint32": "U"}, wrap={"int32": "uint", "int64": "ulong"},
+  suffix={"int64": "L", "uint64": "UL", "uint32": "U"}, wrap={"int32": "uint", "int64": "ulong", "uint16": "uint"},  # ushort promotes to int
   float_fn="", index="long", bitcast="as_{d}({x})", ids={"group": "get_group_id({})", "local": "get_local_id({})"},
   bounds="__attribute__((reqd_work_group_size({dims}))) ", barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
   fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={2: "short", 4: "int", 8: "long"},

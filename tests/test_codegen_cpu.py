@@ -6,7 +6,7 @@ import pytest
 from linearizer import reference
 from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, mul_add, red, reduce, st, symbolic_sum
 from linearizer.fuzz import compare
-from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8
+from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8, uint16
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower, vector_widths
@@ -85,6 +85,12 @@ def test_bool_ops_and_integer_wrapping(device):
   bi(device, "ADD", int32, np.array([I32_MAX, I32_MIN], np.int32), np.array([1, -1], np.int32))
   bi(device, "MUL", int8, np.array([100, -128], np.int8), np.array([3, -1], np.int8))
   un(device, lambda v: alu("NEG", v), int32, [I32_MIN, 5])
+  # uint16 promotes to int in C: 65535 * 65535 overflows it, so the GPU languages multiply through unsigned int
+  out = bi(device, "MUL", uint16, np.array([65535, 65535, 300], np.uint16), np.array([65535, 2, 300], np.uint16))
+  assert out.tolist() == [1, 65534, 24464]
+  if device != "CPU":  # the CPU's C has -fwrapv
+    src = registry.get(device).render(lower(Kernel(kernel(alu("MUL", ld(1, (4,), uint16), ld(2, (4,), uint16))), registry.get(device).options())))
+    assert re.search(r"\(\(uint\)v\d+\*\(uint\)v\d+\)", src.replace("unsigned int", "uint")), src
 
 
 @pytest.mark.parametrize("device", DEVICES)
