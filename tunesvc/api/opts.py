@@ -70,7 +70,8 @@ async def lookup(body: LookupRequest, request: Request):
   return LookupResponse(results=await answers(request.app.state, keys, body.fingerprint, body.action_space_version))
 
 
-_PATH, _HASH, _VERSION = re.compile(r"/v1/opts/([0-9a-f]{64})"), re.compile(r"[0-9a-f]{64}"), re.compile(r"[0-9]{1,10}")
+_HASH, _VERSION = re.compile(HEX64), re.compile(r"[0-9]{1,10}")  # the route's hash pattern; a plain decimal version
+_PATH = re.compile(f"/v1/opts/({HEX64.strip('^$')})")
 
 class FastLookup:
   """Answers a well-formed open `GET /v1/opts/{key}` in front of FastAPI: its routing, dependency injection and response
