@@ -1,0 +1,46 @@
+"""The package boundaries of ../shared/design/ARCHITECTURE.md, checked on every import statement (function-level ones
+too): what each package may import of ours outside itself. The API and the store take search.result, the result's
+schema (a dataclass, no device), besides linearizer; the runtime library runs kernels, so it takes devices; the CLI and
+`serve` wire everything."""
+import ast
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = ("linearizer", "devices", "search", "workers", "tunesvc")
+RESULT_SCHEMA = ("linearizer", "search.result")
+ALLOWED = [  # (module prefix, the modules of ours outside it that it may import), the first match applies
+  ("linearizer", ()),
+  ("devices", ("linearizer",)),
+  ("search", ("linearizer", "devices")),
+  ("workers", ("linearizer", "devices", "search", "tunesvc.client")),
+  ("tunesvc.api", RESULT_SCHEMA), ("tunesvc.store", RESULT_SCHEMA), ("tunesvc.config", RESULT_SCHEMA),
+  ("tunesvc.client", RESULT_SCHEMA), ("tunesvc.cache", RESULT_SCHEMA),
+  ("tunesvc.runtime", ("linearizer", "devices", "search.actions")),
+  ("tunesvc.cli", OURS), ("tunesvc.serve", OURS),
+]
+
+
+def imports(path: Path) -> set[str]:
+  out: set[str] = set()
+  for n in ast.walk(ast.parse(path.read_text())):
+    if isinstance(n, ast.Import): out |= {a.name for a in n.names}
+    elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module: out.add(n.module)
+  return {m for m in out if m.split(".")[0] in OURS}
+
+def within(module: str, prefix: str) -> bool: return module == prefix or module.startswith(prefix + ".")
+
+MODULES = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                 for top in OURS for p in (ROOT / top).rglob("*.py"))
+
+@pytest.mark.parametrize("module", MODULES)
+def test_imports_keep_the_package_boundaries(module):
+  prefix, allowed = next(((p, a) for p, a in ALLOWED if within(module, p)), (module.split(".")[0], ()))
+  base = ROOT / module.replace(".", "/")
+  path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+  bad = [m for m in imports(path) if not within(m, module.split(".")[0]) and not any(within(m, a) for a in allowed)]
+  assert not bad, f"{module} imports {bad}: outside what {prefix} may import ({', '.join(allowed) or 'nothing of ours'})"
+
+
+def test_every_tunesvc_module_has_a_rule():
+  assert [m for m in MODULES if m.startswith("tunesvc.") and not any(within(m, p) for p, _ in ALLOWED)] == []
