@@ -1,5 +1,8 @@
 """GPU-style schedules every GPU backend's tests run against the reference: grouped reduces with locals and upcasts,
-padding, more global axes than launch dims, a symbolic launch; and one case run on a backend's device buffers."""
+padding, more global axes than launch dims, a symbolic launch; one case run on a backend's device buffers; and one
+given host arrays."""
+import numpy as np
+import pytest
 from linearizer import reference
 from linearizer.builders import alu, kernel, ld, matmul, reduce, softmax_exp_sum, st, symbolic_sum
 from linearizer.fuzz import compare
@@ -35,6 +38,16 @@ def run(dev, device: str, k, opts, var_vals=None, seed=0):
   for b, x in zip(bufs, host): dev.copyin(b, x)
   assert prog.time(*bufs, var_vals=[vv[v.name] for v in k.vars]) > 0
   assert (msg := compare(k, [dev.copyout(b) for b in bufs], want, vv)) is None, msg
+
+def host_arrays_round_trip(dev, device: str) -> None:
+  """A program given host arrays copies them in and every buffer back out; a copy-in of the wrong size is refused."""
+  k = matmul(8, 8, 8)
+  _, prog, _ = compile_kernel(k, device, [Opt("LOCAL", 0, 4)])
+  bufs = reference.random_buffers(k, {}, 0)
+  want = [b.copy() for b in bufs]
+  reference.run(k, want, {})
+  assert prog(*bufs) is None and compare(k, bufs, want, {}) is None
+  with pytest.raises(ValueError, match="into a buffer of 3"): dev.copyin(dev.alloc(3, np.float32), np.zeros(4, np.float32))
 
 def var_values(k) -> list:
   """Each variable at its minimum, then at its maximum; [None] for a kernel without."""

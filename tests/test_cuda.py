@@ -7,17 +7,13 @@ import collections, math, sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
-import numpy as np
 import pytest
 import corner_kernels
 from devices import cuda, nvrtc, registry
-from gpu_schedules import IDS, SCHEDULES, run, var_values
-from linearizer import reference
+from gpu_schedules import IDS, SCHEDULES, host_arrays_round_trip, run, var_values
 from linearizer.builders import alu, kernel, ld, matmul, st
-from linearizer.fuzz import compare
 from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
 from linearizer.lower import lower
-from tunesvc.runtime import compile_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -114,13 +110,7 @@ def test_fingerprint_options_and_registry():
 
 @needs_gpu
 def test_programs_take_host_arrays_and_copy_every_buffer_back():
-  k = matmul(8, 8, 8)
-  _, prog, _ = compile_kernel(k, "CUDA", [Opt("LOCAL", 0, 4)])
-  bufs = reference.random_buffers(k, {}, 0)
-  want = [b.copy() for b in bufs]
-  reference.run(k, want, {})
-  assert prog(*bufs) is None and compare(k, bufs, want, {}) is None
-  with pytest.raises(ValueError, match="into a buffer of 3"): cuda.copyin(cuda.alloc(3, np.float32), np.zeros(4, np.float32))
+  host_arrays_round_trip(cuda, "CUDA")
 
 
 @needs_gpu

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import corner_kernels
 from devices import cuda, hip, registry
-from gpu_schedules import IDS, SCHEDULES, run, var_values
+from gpu_schedules import IDS, SCHEDULES, host_arrays_round_trip, run, var_values
 from linearizer.ast import load
 from linearizer.fuzz import draw_case
 from linearizer.builders import matmul
@@ -88,6 +88,11 @@ def test_hipcc_builds_rdna3_tensor_core_kernels_into_wmma_instructions(tmp_path)
 # ---------------------------------------------------------------- on an AMD GPU
 
 needs_gpu = pytest.mark.skipif(not hip.available(), reason="no AMD GPU (ROCm >= 6 with a device)")
+
+@needs_gpu
+def test_programs_take_host_arrays_and_copy_every_buffer_back():
+  host_arrays_round_trip(hip, "HIP")
+
 
 @needs_gpu
 def test_fingerprint_options_and_registry():

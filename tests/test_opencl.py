@@ -3,16 +3,11 @@ launches timed by the device, fingerprint and options; GPU-style schedules (loca
 dims) against the reference; and a bounded fuzz run whose schedules use every GPU-style opt."""
 import os, subprocess, sys
 from pathlib import Path
-import numpy as np
 import pytest
 from devices import opencl, registry
-from gpu_schedules import IDS, SCHEDULES, run, var_values
-from linearizer import reference
+from gpu_schedules import IDS, SCHEDULES, host_arrays_round_trip, run, var_values
 from linearizer.builders import matmul, reduce
-from linearizer.fuzz import compare
-from linearizer.kernel import Opt
 from linearizer.render_c import LAUNCH
-from tunesvc.runtime import compile_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -27,13 +22,7 @@ def test_build_errors_carry_the_build_log():
 
 
 def test_programs_take_host_arrays_and_copy_every_buffer_back():
-  k = matmul(8, 8, 8)
-  _, prog, _ = compile_kernel(k, "OPENCL", [Opt("LOCAL", 0, 4)])
-  bufs = reference.random_buffers(k, {}, 0)
-  want = [b.copy() for b in bufs]
-  reference.run(k, want, {})
-  assert prog(*bufs) is None and compare(k, bufs, want, {}) is None
-  with pytest.raises(ValueError, match="into a buffer of 3"): opencl.copyin(opencl.alloc(3, np.float32), np.zeros(4, np.float32))
+  host_arrays_round_trip(opencl, "OPENCL")
 
 
 def test_fingerprint_options_and_registry():
