@@ -121,10 +121,11 @@ def metal_wmma(tc: TensorCore) -> tuple[str, str, str]:
   m, n, k = tc.dims
   na, nb, nc = tc.elements("a"), tc.elements("b"), tc.elements("c")
   args = ", ".join([f"float a{i}" for i in range(na)] + [f"float b{i}" for i in range(nb)] + [f"float{nc} c"])
-  fill = lambda x, cnt, conv: "".join(f"  {x}.thread_elements()[{i}] = {conv.format(f'{x}{i}' if x != 'd' else f'c[{i}]')};\n" for i in range(cnt))
+  fill = lambda x, vals: "".join(f"  {x}.thread_elements()[{i}] = {v};\n" for i, v in enumerate(vals))
   return ("#include <metal_simdgroup_matrix>\n"
           f"float{nc} {tc.name}({args}) {{\n  simdgroup_half{m}x{k} a; simdgroup_half{k}x{n} b; simdgroup_float{m}x{n} d;\n"
-          + fill("a", na, "half({})") + fill("b", nb, "half({})") + fill("d", nc, "{}") + f"  {tc.instruction}(d, a, b, d);\n"
+          + fill("a", [f"half(a{i})" for i in range(na)]) + fill("b", [f"half(b{i})" for i in range(nb)]) + fill("d", [f"c[{i}]" for i in range(nc)])
+          + f"  {tc.instruction}(d, a, b, d);\n"
           f"  return float{nc}({', '.join(f'd.thread_elements()[{i}]' for i in range(nc))});\n}}\n"), "", tc.name + "({a}, {b}, {c})"
 
 
