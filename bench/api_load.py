@@ -24,7 +24,7 @@ from devices import cpu
 from linearizer.builders import reduce
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
-from search.actions import ACTION_SPACE_VERSION
+from linearizer import ACTION_SPACE_VERSION
 from search.result import Candidate, SearchResult
 from tunesvc.client import Client
 from tunesvc.store import Store, queue

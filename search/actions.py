@@ -1,13 +1,12 @@
 """The action space: every opt the search may append to a schedule, in a fixed order, under a version.
 
 A stored result names the version it was searched under; change the list (or what an action means) and bump
-ACTION_SPACE_VERSION, so results searched over another space are never reused as if they were this one's."""
+linearizer.ACTION_SPACE_VERSION, so results searched over another space are never reused as if they were this one's.
+To add an op: one row in _SPACE (op, axes, amounts), and the bump."""
 from __future__ import annotations
 from typing import Iterator
 from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
 from linearizer.options import LinearizerOptions
-
-ACTION_SPACE_VERSION = 1
 
 # (op, axes, amounts); amount 0 takes the whole axis. Widths 8 and 16 are the AVX2/AVX-512 float vectors.
 _SPACE: tuple[tuple[str, range, tuple[int, ...]], ...] = (

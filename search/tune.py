@@ -11,12 +11,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 from devices import registry
+from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST, loads
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
 from linearizer.options import LinearizerOptions
-from search.actions import ACTION_SPACE_VERSION, MAX_UOPS, actions_for
+from search.actions import MAX_UOPS, actions_for
 from search.beam import BeamSettings, beam_search
 from search.pool import CompilePool
 from search.result import OK, Candidate, SearchResult

@@ -3,7 +3,8 @@ from devices import cpu
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
-from search.actions import ACTION_SPACE_VERSION, ACTIONS, actions_for, children
+from linearizer import ACTION_SPACE_VERSION
+from search.actions import ACTIONS, actions_for, children
 from search.beam import BeamSettings, beam_search
 from search.result import OK, Candidate, SearchResult
 from search.tune import SearchSettings, tune

@@ -168,7 +168,7 @@ def cmd_tune(args) -> int:
   from rich.console import Console
   from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
   from rich.table import Table
-  from search.actions import ACTION_SPACE_VERSION
+  from linearizer import ACTION_SPACE_VERSION
   from search.cache import ResultCache
   from search.tune import SearchError, SearchSettings, tune
   try: dev = registry.get(args.device)

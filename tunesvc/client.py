@@ -3,10 +3,9 @@
 from __future__ import annotations
 import logging, time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 import httpx
 from linearizer.ast import KernelAST
-from search.result import SearchResult
 from tunesvc.cache import OptsCache
 
 log = logging.getLogger("tunesvc.client")
@@ -15,6 +14,9 @@ REFRESH_S = 24 * 3600.0  # a cached answer older than this is asked again: a lat
 
 
 def _doc(k: KernelAST | dict) -> dict: return k.to_json() if isinstance(k, KernelAST) else k
+
+class Reportable(Protocol):  # a search.result.SearchResult: the client takes its JSON form, not the search package
+  def to_json(self) -> dict: ...
 
 class ServiceError(RuntimeError):
   def __init__(self, status: int, detail: Any):
@@ -74,7 +76,7 @@ class Client:
     """Extends the lease; ServiceError 409 when the job was taken away (stop searching it)."""
     return self._call("POST", f"/v1/workers/{worker_id}/heartbeat", json={"job_id": job_id, "lease_s": lease_s}).json()
 
-  def report(self, worker_id: int, job_id: int, result: SearchResult) -> dict:
+  def report(self, worker_id: int, job_id: int, result: Reportable) -> dict:
     """Idempotent: reporting again returns the stored result with "duplicate": true."""
     return self._call("POST", f"/v1/workers/{worker_id}/report", json={"job_id": job_id, "result": result.to_json()}).json()
 

@@ -5,11 +5,11 @@ import functools, os
 from typing import Mapping, Optional, Sequence
 import numpy as np
 from devices import registry
+from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
-from search.actions import ACTION_SPACE_VERSION
 
 
 @functools.cache

@@ -6,7 +6,7 @@ import dataclasses, logging, os, signal, socket, threading
 from typing import Optional
 from devices import registry
 from linearizer.ast import KernelValidationError, load
-from search.actions import ACTION_SPACE_VERSION
+from linearizer import ACTION_SPACE_VERSION
 from search.tune import SearchError, SearchSettings, tune
 from tunesvc.client import Client, ServiceError
 
