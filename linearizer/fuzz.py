@@ -13,7 +13,7 @@ from linearizer import builders as B
 from linearizer import reference
 from linearizer.ast import KernelAST
 from linearizer.dtypes import DTYPES
-from linearizer.kernel import OPTOPS, Kernel, Opt, OptError, allowed_ops
+from linearizer.kernel import Kernel, Opt, OptError, OptOp, allowed_ops
 from linearizer.options import LinearizerOptions
 
 AMTS = (0, 2, 3, 4, 5, 7, 8, 16, 32)  # 0: the whole axis; odd ones mostly fail to divide, and must say so
@@ -84,16 +84,16 @@ def draw_opts(k: Kernel, rng: random.Random) -> list[Opt]:
   An opt the Kernel accepts but must not (an op the device lacks) or that crashes it is kept: running the case
   reports it."""
   allowed = allowed_ops(k.options)
-  illegal, nodes = [op for op in OPTOPS if op not in allowed], len(k.ast.nodes)
+  illegal, nodes = [op for op in OptOp if op not in allowed], len(k.ast.nodes)
   want = rng.randint(0, MAX_OPTS)
   for _ in range(MAX_DRAWS):
     if len(k.applied_opts) >= want: break
     # UPCASTMID fits only a grouped axis it divides: offered often once there is one
-    if k.group_for_reduces and "UPCASTMID" in allowed and rng.random() < 0.3: op = "UPCASTMID"
+    if k.group_for_reduces and OptOp.UPCASTMID in allowed and rng.random() < 0.3: op = OptOp.UPCASTMID
     else: op = rng.choice(illegal if illegal and rng.random() < ILLEGAL_RATE else allowed)
-    if op == "NOLOCALS" and rng.random() < 0.75: continue  # always legal until locals are used: it would crowd them out
+    if op is OptOp.NOLOCALS and rng.random() < 0.75: continue  # always legal until locals are used: it would crowd them out
     # an axis up to one past the end; UPCASTMID's among the grouped axes (and one past them), where alone it can be legal
-    axis = None if op == "NOLOCALS" else k.first_reduce + rng.randint(0, k.group_for_reduces) if op == "UPCASTMID" else rng.randint(0, k.shape_len)
+    axis = None if op is OptOp.NOLOCALS else k.first_reduce + rng.randint(0, k.group_for_reduces) if op is OptOp.UPCASTMID else rng.randint(0, k.shape_len)
     opt = Opt(op, axis, rng.choice(AMTS))
     try: k.apply_opt(opt)
     except OptError: continue

@@ -2,7 +2,7 @@
 broadly and never be wrong (every opt goes through the Kernel's legality checks)."""
 from __future__ import annotations
 import math
-from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.lower import vector_widths
 from linearizer.symbolic import Node
 
@@ -29,18 +29,18 @@ def _group_reduce(k: Kernel) -> bool:
   if out is None or red is None or red < 256: return False
   strides = [st.views[-1].strides for st in k.sts[1:]]
   vector = any(all(s[i] == 0 for i in range(k.first_reduce)) and any(s[i] != 0 for i in range(k.first_reduce, k.shape_len)) for s in strides)
-  if k.reduceop.arg.fn == "SUM" and k.first_reduce >= 1 and vector and _try(k, Opt("GROUP", 0, MV_GROUP)):
+  if k.reduceop.arg.fn == "SUM" and k.first_reduce >= 1 and vector and _try(k, Opt(OptOp.GROUP, 0, MV_GROUP)):
     # matrix-vector: every row reads the whole vector; rows go to work-items MV_ROWS a group, MV_UPCAST each
-    if _try(k, Opt("LOCAL", k.first_reduce - 1, MV_ROWS)): _try(k, Opt("UPCAST", k.first_reduce - 1 - k.local_dims, MV_UPCAST))
+    if _try(k, Opt(OptOp.LOCAL, k.first_reduce - 1, MV_ROWS)): _try(k, Opt(OptOp.UPCAST, k.first_reduce - 1 - k.local_dims, MV_UPCAST))
     return True
-  return out <= SMALL_OUTPUT and any(_try(k, Opt("GROUPTOP", 0, amt)) for amt in GROUPTOP_SIZES)
+  return out <= SMALL_OUTPUT and any(_try(k, Opt(OptOp.GROUPTOP, 0, amt)) for amt in GROUPTOP_SIZES)
 
 def _locals(k: Kernel) -> None:
   """Work-groups over the global axes, innermost first (the output's contiguous axis, so loads coalesce)."""
   budget = min(LOCAL_SIZE, k.options.local_size_max)
   for axis in reversed(range(k.thread_dims, k.first_reduce - k.local_dims)):
     size = k.full_shape[axis]
-    amt = next((a for a in (32, 16, 8, 4, 2) if isinstance(size, int) and size % a == 0 and a <= budget and _try(k, Opt("LOCAL", axis, a))), None)
+    amt = next((a for a in (32, 16, 8, 4, 2) if isinstance(size, int) and size % a == 0 and a <= budget and _try(k, Opt(OptOp.LOCAL, axis, a))), None)
     if amt: budget //= amt
     if budget < 2: break
 
@@ -50,8 +50,8 @@ def _tensor_cores(k: Kernel) -> bool:
   if not k.options.tensor_cores or k.applied_opts: return False
   try: _, _, _, m, n, _ = k._tc_choices()[0]
   except OptError: return False
-  if not _try(k, Opt("TC", 0, 0)): return False
-  for op in ("UPCAST", "LOCAL"):  # the global axes keep their places: TC, UPCAST and LOCAL move split parts past them
+  if not _try(k, Opt(OptOp.TC, 0, 0)): return False
+  for op in (OptOp.UPCAST, OptOp.LOCAL):  # the global axes keep their places: TC, UPCAST and LOCAL move split parts past them
     for axis in (n, m): _try(k, Opt(op, axis, 2))
   return True
 
@@ -72,28 +72,28 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   widest = max(widths or k.options.float_vector_widths, default=4)
   vec = next((i for i in broadcast_axes() if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
   if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
-  if vec is not None and _try(k, Opt("UPCAST", vec, widest)): upcasted.add(vec)
+  if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   tile = 32 if gpu else 128  # a work-item's registers are few; a CPU core's accumulators spill to L1 cheaply
   while k.reduceop is not None and _upcast_budget(k) < tile and (cands := broadcast_axes()):
     # prefer the axis more leaves read with stride 0, then the inner one
     axis = max(cands, key=lambda i: (sum(st.views[-1].strides[i] == 0 for st in k.sts[1:]), i))
     upcasted.add(axis)  # a tile over two axes reuses both operands; one axis twice reuses only one
-    next((amt for amt in (8, 4) if _upcast_budget(k) * amt <= tile and _try(k, Opt("UPCAST", axis, amt))), None)
+    next((amt for amt in (8, 4) if _upcast_budget(k) * amt <= tile and _try(k, Opt(OptOp.UPCAST, axis, amt))), None)
   # 2. reduces: unroll a short reduce whole, else by 4 (a tree of independent partial sums)
   if k.reduceop is not None and k.first_reduce < k.shape_len - k.upcasted:
     last = k.shape_len - k.upcasted - 1
     size = k.full_shape[last]
     if isinstance(size, int):
       for amt in ([0] if size <= 16 else []) + ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]):
-        if _try(k, Opt("UNROLL", last - k.first_reduce, amt)): break
+        if _try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt)): break
   # 3. element-wise: upcast the output's unit-stride axis so the compiler vectorises it
   if k.reduceop is None and widths and _upcast_budget(k) < 8 and k.first_reduce > k.thread_dims:
     axis = k.first_reduce - 1
     for amt in sorted(widths, reverse=True):
-      if _try(k, Opt("UPCAST", axis, amt)): break
+      if _try(k, Opt(OptOp.UPCAST, axis, amt)): break
   # 4. GPUs: work-groups; CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them
   if gpu and not k.dont_use_locals: _locals(k)
   if k.options.has_threads and k.options.threads > 1 and work >= 1 << 22:
     for axis in range(k.first_reduce):
-      if not isinstance(k.full_shape[axis], Node) and _try(k, Opt("THREAD", axis, k.options.threads)): break
+      if not isinstance(k.full_shape[axis], Node) and _try(k, Opt(OptOp.THREAD, axis, k.options.threads)): break
   return k.applied_opts[start:]

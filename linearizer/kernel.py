@@ -16,6 +16,7 @@ kernel computes. An opt that is illegal here raises OptError and leaves the kern
 from __future__ import annotations
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Optional
 import numpy as np
 from linearizer.ast import KernelAST, LazyOp, ReduceArg, load
@@ -25,7 +26,12 @@ from linearizer.shapetracker import ShapeTracker
 from linearizer.symbolic import Node, Var, sint, variables
 from linearizer.tensor_cores import TensorCore
 
-OPTOPS = ("LOCAL", "GROUP", "GROUPTOP", "UPCAST", "UPCASTMID", "UNROLL", "NOLOCALS", "PADTO", "TC", "THREAD")
+
+class OptOp(StrEnum):
+  """The optimisation ops; str-valued, so an opt's JSON form is the op's name."""
+  LOCAL = "LOCAL"; GROUP = "GROUP"; GROUPTOP = "GROUPTOP"; UPCAST = "UPCAST"; UPCASTMID = "UPCASTMID"
+  UNROLL = "UNROLL"; NOLOCALS = "NOLOCALS"; PADTO = "PADTO"; TC = "TC"; THREAD = "THREAD"
+
 MAX_UPCAST = 256       # elements one thread computes: beyond this the code explodes and registers spill
 MAX_AMT = 256
 
@@ -35,26 +41,27 @@ class OptError(ValueError): pass
 
 @dataclass(frozen=True)
 class Opt:
-  op: str
+  op: OptOp
   axis: Optional[int] = None
   amt: Optional[int] = None
 
-  def to_json(self) -> dict: return {"op": self.op, "axis": self.axis, "amt": self.amt}
+  def __post_init__(self): object.__setattr__(self, "op", OptOp(self.op))  # a name given as a plain str becomes its OptOp (ValueError if none)
+  def to_json(self) -> dict: return {"op": self.op.value, "axis": self.axis, "amt": self.amt}
   @staticmethod
   def from_json(d) -> Opt:
-    if not isinstance(d, dict) or set(d) - {"op", "axis", "amt"} or d.get("op") not in OPTOPS:
+    if not isinstance(d, dict) or set(d) - {"op", "axis", "amt"} or not isinstance(d.get("op"), str) or d["op"] not in OptOp.__members__:
       raise OptError(f"not an opt: {str(d)[:80]}")
     for f in ("axis", "amt"):
       if d.get(f) is not None and (not isinstance(d[f], int) or isinstance(d[f], bool)): raise OptError(f"opt {f} must be an int or null")
     return Opt(d["op"], d.get("axis"), d.get("amt"))
 
 
-def allowed_ops(o: LinearizerOptions) -> tuple[str, ...]:
+def allowed_ops(o: LinearizerOptions) -> tuple[OptOp, ...]:
   """The opt ops a device may accept (each one still has its own preconditions)."""
-  return tuple(op for op, ok in (("UPCAST", True), ("UNROLL", True), ("PADTO", True), ("THREAD", o.has_threads),
-                                 ("LOCAL", o.has_local), ("NOLOCALS", o.has_local), ("GROUP", o.has_local and o.has_shared),
-                                 ("GROUPTOP", o.has_local and o.has_shared), ("UPCASTMID", o.has_local and o.has_shared),
-                                 ("TC", bool(o.tensor_cores))) if ok)
+  return tuple(op for op, ok in ((OptOp.UPCAST, True), (OptOp.UNROLL, True), (OptOp.PADTO, True), (OptOp.THREAD, o.has_threads),
+                                 (OptOp.LOCAL, o.has_local), (OptOp.NOLOCALS, o.has_local), (OptOp.GROUP, o.has_local and o.has_shared),
+                                 (OptOp.GROUPTOP, o.has_local and o.has_shared), (OptOp.UPCASTMID, o.has_local and o.has_shared),
+                                 (OptOp.TC, bool(o.tensor_cores))) if ok)
 
 
 def _padded(size: int, multiple: int) -> int: return -(-size // multiple) * multiple
@@ -158,64 +165,63 @@ class Kernel:
 
   def _apply(self, opt: Opt) -> None:
     o = self.options
-    check(opt.op in OPTOPS, f"unknown opt {opt.op}")
-    if opt.op == "TC": return self._apply_tc(opt)
-    if self.tensor_core: check(opt.op in ("UPCAST", "UNROLL", "LOCAL"), f"{opt.op} after TC: only UPCAST, UNROLL and LOCAL keep the warp's layout")
-    if opt.op == "NOLOCALS":
+    if opt.op is OptOp.TC: return self._apply_tc(opt)
+    if self.tensor_core: check(opt.op in (OptOp.UPCAST, OptOp.UNROLL, OptOp.LOCAL), f"{opt.op} after TC: only UPCAST, UNROLL and LOCAL keep the warp's layout")
+    if opt.op is OptOp.NOLOCALS:
       check(o.has_local, "NOLOCALS needs a device with local dims")
       check(self.local_dims == 0 and self.group_for_reduces == 0 and not self.dont_use_locals, "NOLOCALS after locals were used")
       self.dont_use_locals = True
       self.applied_opts.append(opt)
       return
     check(isinstance(opt.axis, int) and opt.axis >= 0, f"{opt.op} needs an axis >= 0")
-    axis = opt.axis + (self.first_reduce if opt.op == "UNROLL" else
-                       self.first_reduce + self.group_for_reduces if opt.op in ("GROUP", "GROUPTOP") else 0)
+    axis = opt.axis + (self.first_reduce if opt.op is OptOp.UNROLL else
+                       self.first_reduce + self.group_for_reduces if opt.op in (OptOp.GROUP, OptOp.GROUPTOP) else 0)
     check(axis < self.shape_len, f"{opt.op} axis {opt.axis} is past the {self.shape_len} axes")
     size = self.full_shape[axis]
     check(isinstance(size, int), f"axis {axis} has a symbolic size")
     amt = size if opt.amt == 0 else opt.amt
     check(isinstance(amt, int) and 1 < amt <= MAX_AMT, f"{opt.op} amount must be in [2, {MAX_AMT}], got {opt.amt}")
     reduce_range = (self.first_reduce + self.group_for_reduces, self.shape_len - self.upcasted)
-    if opt.op != "PADTO": check(size % amt == 0, f"{opt.op} {amt} does not divide axis {axis} of size {size}")
+    if opt.op is not OptOp.PADTO: check(size % amt == 0, f"{opt.op} {amt} does not divide axis {axis} of size {size}")
 
-    if opt.op == "UPCAST":
+    if opt.op is OptOp.UPCAST:
       check(self.thread_dims <= axis < self.first_reduce - self._tc_lanes, "UPCAST is for a global or local axis (not a tensor core's lane)")
       check(self._upcast_elements() * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
       self.shift_to(axis, amt)
       self.upcasted += 1
-    elif opt.op == "UNROLL":
+    elif opt.op is OptOp.UNROLL:
       check(reduce_range[0] <= axis < reduce_range[1], "UNROLL is for a reduce axis")
       # the size-1 axis a whole-axis UNROLL leaves would read as a global one, inside the warp's lanes
       check(not self.tensor_core or amt < size, "UNROLL of a whole axis after TC")
       check(self._upcast_elements() * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
       self.shift_to(axis, amt)
       self.upcasted += 1
-    elif opt.op == "THREAD":
+    elif opt.op is OptOp.THREAD:
       check(o.has_threads, "this device has no threads")
       check(self.thread_dims == 0, "only one THREAD split")
       check(axis < self.first_reduce - self.local_dims, "THREAD splits a global axis")
       self.shift_to(axis, amt, top=True, insert_before=0)  # each thread takes one contiguous part
       self.thread_dims = 1
-    elif opt.op == "LOCAL":
+    elif opt.op is OptOp.LOCAL:
       check(o.has_local and not self.dont_use_locals, "this kernel uses no local dims")
       check(self.thread_dims <= axis < self.first_reduce - self.local_dims, "LOCAL is for a global axis")
       self._check_local_size(amt)
       self.shift_to(axis, amt, insert_before=self.first_reduce - self._tc_lanes)  # the warp's lanes stay innermost
       self.local_dims += 1
-    elif opt.op in ("GROUP", "GROUPTOP"):
+    elif opt.op in (OptOp.GROUP, OptOp.GROUPTOP):
       check(o.has_local and o.has_shared and not self.dont_use_locals, "grouping needs local dims and shared memory")
       check(reduce_range[0] <= axis < reduce_range[1], f"{opt.op} is for a reduce axis")
       self._check_local_size(amt)
-      self.shift_to(axis, amt, top=opt.op == "GROUPTOP", insert_before=self.first_reduce + self.group_for_reduces)
+      self.shift_to(axis, amt, top=opt.op is OptOp.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
-    elif opt.op == "UPCASTMID":
+    elif opt.op is OptOp.UPCASTMID:
       check(o.has_local and self.group_for_reduces > 0, "UPCASTMID upcasts inside a grouped reduce")
       check(self.first_reduce <= axis < self.first_reduce + self.group_for_reduces, "UPCASTMID is for a grouped axis")
       check(amt < size, "UPCASTMID of a whole grouped axis would leave a size-1 axis among the grouped ones, where it reads as global")
       self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
       self.upcast_in_mid_reduce.append(self.first_reduce + self.group_for_reduces - 1)
-    elif opt.op == "PADTO":
+    elif opt.op is OptOp.PADTO:
       check(axis < self.shape_len - self.upcasted, "PADTO is not for an upcast axis")
       # the size-1 axis a whole-axis UNROLL leaves among the reduce axes would become an output axis inside the reduce loop
       check(axis < self.first_reduce or self.is_reduce_axis(axis), "PADTO among the reduce axes is for a reduce axis")

@@ -5,22 +5,22 @@ linearizer.ACTION_SPACE_VERSION, so results searched over another space are neve
 To add an op: one row in _SPACE (op, axes, amounts), and the bump."""
 from __future__ import annotations
 from typing import Iterator
-from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
+from linearizer.kernel import Kernel, Opt, OptError, OptOp, allowed_ops
 from linearizer.options import LinearizerOptions
 
 # (op, axes, amounts); amount 0 takes the whole axis. Widths 8 and 16 are the AVX2/AVX-512 float vectors.
-_SPACE: tuple[tuple[str, range, tuple[int, ...]], ...] = (
-  ("UPCAST", range(8), (0, 2, 3, 4, 8, 16)),
-  ("UNROLL", range(5), (0, 2, 4, 8, 16)),
-  ("LOCAL", range(6), (2, 3, 4, 8, 16, 32)),
-  ("GROUP", range(3), (0, 4, 8, 16)),
-  ("GROUPTOP", range(3), (16, 32, 64, 128, 256)),
-  ("UPCASTMID", range(2), (2, 4)),
-  ("PADTO", range(7), (8, 16, 32)),
-  ("THREAD", range(3), (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)),
-  ("TC", range(1), (0,)),  # the first way the kernel matches a device's tensor core (Kernel._tc_choices)
+_SPACE: tuple[tuple[OptOp, range, tuple[int, ...]], ...] = (
+  (OptOp.UPCAST, range(8), (0, 2, 3, 4, 8, 16)),
+  (OptOp.UNROLL, range(5), (0, 2, 4, 8, 16)),
+  (OptOp.LOCAL, range(6), (2, 3, 4, 8, 16, 32)),
+  (OptOp.GROUP, range(3), (0, 4, 8, 16)),
+  (OptOp.GROUPTOP, range(3), (16, 32, 64, 128, 256)),
+  (OptOp.UPCASTMID, range(2), (2, 4)),
+  (OptOp.PADTO, range(7), (8, 16, 32)),
+  (OptOp.THREAD, range(3), (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)),
+  (OptOp.TC, range(1), (0,)),  # the first way the kernel matches a device's tensor core (Kernel._tc_choices)
 )
-ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE for a in axes for amt in amts) + (Opt("NOLOCALS"),)
+ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE for a in axes for amt in amts) + (Opt(OptOp.NOLOCALS),)
 
 MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before compiling
 
@@ -28,7 +28,7 @@ MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before comp
 def actions_for(o: LinearizerOptions) -> tuple[Opt, ...]:
   """The actions this device can take: ops it has, and THREAD splits between 1x and 4x its threads."""
   ok = set(allowed_ops(o))
-  return tuple(a for a in ACTIONS if a.op in ok and (a.op != "THREAD" or (o.threads > 1 and o.threads <= a.amt <= 4 * o.threads)))
+  return tuple(a for a in ACTIONS if a.op in ok and (a.op is not OptOp.THREAD or (o.threads > 1 and o.threads <= a.amt <= 4 * o.threads)))
 
 
 def children(k: Kernel, actions: tuple[Opt, ...]) -> Iterator[Kernel]:

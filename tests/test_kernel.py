@@ -6,7 +6,7 @@ import pytest
 from linearizer import reference
 from linearizer.ast import KernelValidationError
 from linearizer.builders import alu, conv2d, kernel, ld, matmul, red, reduce, symbolic_sum
-from linearizer.kernel import OPTOPS, Kernel, Opt, OptError
+from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.options import LinearizerOptions
 
 CPU = LinearizerOptions("CPU", has_local=False, has_shared=False, has_threads=True, float_vector_widths=(4, 8, 16), threads=2)
@@ -124,7 +124,7 @@ def test_random_opt_sequences_keep_the_meaning_on_corpus_kernels(corpus):
     for opts in (CPU, GPU):
       kern = Kernel(k, opts)
       for _ in range(rng.randint(2, 8)):  # most random opts are illegal somewhere: try enough of them
-        try: kern.apply_opt(Opt(rng.choice(OPTOPS), rng.randint(0, max(0, kern.shape_len - 1)), rng.choice([0, 2, 3, 4, 8])))
+        try: kern.apply_opt(Opt(rng.choice(list(OptOp)), rng.randint(0, max(0, kern.shape_len - 1)), rng.choice([0, 2, 3, 4, 8])))
         except OptError: continue
         applied += 1
       try: kern.to_ast()
