@@ -18,16 +18,20 @@ ALLOWED = [  # (module prefix, the modules of ours outside it that it may import
   ("tunesvc.api", RESULT_SCHEMA), ("tunesvc.store", RESULT_SCHEMA), ("tunesvc.config", RESULT_SCHEMA),
   ("tunesvc.client", ("linearizer",)), ("tunesvc.cache", ("linearizer",)),
   ("tunesvc.runtime", ("linearizer", "devices")),
+  ("tunesvc.integrations", ("linearizer", "devices", "tunesvc.runtime", "tunesvc.client", "tunesvc.integrations")),
   ("tunesvc.cli", OURS), ("tunesvc.serve", OURS),
 ]
+FRAMEWORKS = ("tinygrad",)  # optional extras: imported only by tunesvc.integrations
 
 
-def imports(path: Path) -> set[str]:
+def all_imports(path: Path) -> set[str]:
   out: set[str] = set()
   for n in ast.walk(ast.parse(path.read_text())):
     if isinstance(n, ast.Import): out |= {a.name for a in n.names}
     elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module: out.add(n.module)
-  return {m for m in out if m.split(".")[0] in OURS}
+  return out
+
+def imports(path: Path) -> set[str]: return {m for m in all_imports(path) if m.split(".")[0] in OURS}
 
 def within(module: str, prefix: str) -> bool: return module == prefix or module.startswith(prefix + ".")
 
@@ -45,3 +49,10 @@ def test_imports_keep_the_package_boundaries(module):
 
 def test_every_tunesvc_module_has_a_rule():
   assert [m for m in MODULES if m.startswith("tunesvc.") and not any(within(m, p) for p, _ in ALLOWED)] == []
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if not within(m, "tunesvc.integrations")])
+def test_frameworks_only_in_integrations(module):
+  base = ROOT / module.replace(".", "/")
+  path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+  assert not [m for m in all_imports(path) if m.split(".")[0] in FRAMEWORKS], f"{module} imports a framework: only tunesvc.integrations may"

@@ -1,0 +1,96 @@
+"""tinygrad 0.8.0 programs with their kernels compiled by tunesvc (tunesvc.integrations.tinygrad) give tinygrad's own
+results, TinyJit and symbolic shapes included; a kernel tunesvc cannot take runs tinygrad's code, counted; a slice of
+tinygrad's own op tests has the same outcomes with and without tunesvc."""
+import os, subprocess, sys
+import numpy as np
+import pytest
+
+os.environ["CLANG"] = "1"  # tinygrad's CPU device, before tinygrad picks its default
+from tinygrad import Tensor, dtypes  # noqa: E402
+from tinygrad.jit import TinyJit  # noqa: E402
+from tinygrad.shape.symbolic import Variable  # noqa: E402
+from tunesvc.integrations import tinygrad as tsvc  # noqa: E402
+from tests.tinygrad_suite import compare  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def enabled():
+  tsvc.enable()
+  yield
+  tsvc.disable()
+
+def programs(rng):
+  """name -> a function of nothing computing a numpy result with tinygrad, on random data (never zeros)."""
+  x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+  a, b = rng.standard_normal((17, 33)).astype(np.float32), rng.standard_normal((33, 7)).astype(np.float32)
+  i = rng.integers(-100, 100, (5, 6)).astype(np.int32)
+  return {
+    "matmul_relu_sum": lambda: (Tensor(a) @ Tensor(b)).relu().sum(axis=1).numpy(),
+    "conv2d_padded_maxpool": lambda: Tensor(x).conv2d(Tensor(w), padding=1).max_pool2d().numpy(),
+    "softmax": lambda: Tensor(a).softmax(axis=-1).numpy(),
+    "layernorm_gelu": lambda: Tensor(a).layernorm().gelu().numpy(),
+    "int_ops": lambda: ((Tensor(i) * 3 + 7).maximum(Tensor(i) - 1) + Tensor(i).sum(axis=0)).numpy(),
+    "cast_compare_where": lambda: (Tensor(a) > 0).where(Tensor(a).cast(dtypes.float16).cast(dtypes.float32), -1.0).numpy(),
+    "cumsum_pad_slice": lambda: Tensor(a).pad(((1, 2), (0, 3))).cumsum(axis=1)[2:9, ::2].numpy(),
+    "backward": lambda: (lambda t: ((t @ Tensor(b)).tanh().sum().backward(), t.grad.numpy())[1])(Tensor(a, requires_grad=True)),
+  }
+
+@pytest.mark.parametrize("name", list(programs(np.random.default_rng(0))))
+def test_results_match_plain_tinygrad(name):
+  want = programs(np.random.default_rng(1))[name]()
+  tsvc.enable()
+  try: got = programs(np.random.default_rng(1))[name]()
+  finally: tsvc.disable()
+  s = tsvc.stats()
+  assert s["compiled"] > 0 and s["fallback"] == 0, s
+  assert got.dtype == want.dtype and got.shape == want.shape
+  if want.dtype.kind == "f": np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # two codegens: float order differs
+  else: np.testing.assert_array_equal(got, want)
+
+def test_symbolic_shapes_in_tinyjit(enabled):
+  rng = np.random.default_rng(2)
+  @TinyJit
+  def f(x, y): return (x @ y).relu().realize()
+  for n in (3, 7, 2, 9, 5):  # calls 0 and 1 run and capture; the rest replay the captured tunesvc runners
+    vn = Variable("n", 1, 10).bind(n)
+    a, b = rng.standard_normal((4, n)).astype(np.float32), rng.standard_normal((n, 6)).astype(np.float32)
+    got = f(Tensor(a).reshape(4, vn), Tensor(b).reshape(vn, 6)).reshape(4, 6).numpy()
+    np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-6)
+  s = tsvc.stats()
+  assert s["fallback"] == 0 and s["compiled"] >= 1 and s["runs"] >= 5, s
+  assert any(k.vars for k, _ in tsvc.kernels()), "the symbolic matmul is one kernel with a variable"
+
+def test_a_failing_compile_falls_back_to_tinygrad(enabled, monkeypatch):
+  monkeypatch.setenv("TUNESVC_CC", "/nonexistent/cc")  # tunesvc's CPU backend has no compiler: every kernel falls back
+  a = np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(a) * 2 + 1).exp().numpy(), np.exp(a * 2 + 1), rtol=1e-6)
+  s = tsvc.stats()
+  assert s["compiled"] == 0 and s["fallback"] >= 1 and all("not available" in r for r in s["fallback_reasons"]), s
+
+def test_disable_restores_tinygrad():
+  tsvc.enable()
+  tsvc.disable()
+  (Tensor.ones(3, 5) * 4).sum().numpy()
+  assert tsvc.stats()["compiled"] == 0
+
+def test_an_unmodified_script_runs_on_tunesvc(tmp_path):
+  script = tmp_path / "model.py"
+  script.write_text("from tinygrad import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 2).sum().numpy())\n")
+  env = {**os.environ, "PYTHONPATH": ROOT, "CLANG": "1", "TUNESVC_TINYGRAD_STATS": str(tmp_path / "stats.json")}
+  env.pop("TUNESVC_URL", None)
+  out = subprocess.run([sys.executable, "-m", "tunesvc.integrations.tinygrad", str(script)], env=env, capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "12.0" and '"compiled": 1' in (tmp_path / "stats.json").read_text()
+  site = subprocess.run([sys.executable, "-m", "tunesvc.integrations.tinygrad", "--site-dir"], env=env, capture_output=True, text=True, check=True)
+  env = {**env, "TUNESVC_TINYGRAD": "1", "PYTHONPATH": f"{ROOT}:{site.stdout.strip()}", "TUNESVC_TINYGRAD_STATS": str(tmp_path / "s2.json")}
+  out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "12.0" and '"compiled": 1' in (tmp_path / "s2.json").read_text()
+
+SLICE = "test_matmul_simple or test_conv2d_bs_4_cin_1 or test_sum_full or test_max_pool2d_simple or test_pad2d or test_where"
+
+def test_tinygrad_op_tests_slice_same_outcomes():
+  """A bounded slice of tinygrad's own test_ops.py against torch: the same outcome for every test, no fallback."""
+  rep = compare(["test/test_ops.py"], SLICE, timeout=900)
+  assert rep["differ"] == {}, rep["differ"]
+  assert rep["tunesvc"]["passed"] >= 6 and rep["stats"]["compiled"] > 0 and rep["stats"]["fallback"] == 0, rep

@@ -1,0 +1,131 @@
+"""tinygrad v0.8.0 on tunesvc: every kernel a tinygrad program runs on its compiled CPU device (CLANG) is converted to a
+`tunesvc.kernel/1` document, its opts asked of the runtime library (the local cache, then the service, then the
+hand-coded schedule; with `submit`, an untuned kernel is queued for tuning), rendered and compiled by tunesvc (its compile
+cache), and run on tinygrad's own buffers with tinygrad's variable values, inside TinyJit too. A kernel the format
+cannot say, or that fails to convert or compile, runs tinygrad's own code instead, and is counted with the reason.
+
+  from tunesvc.integrations import tinygrad as tunesvc_tinygrad
+  tunesvc_tinygrad.enable(url="http://127.0.0.1:8000", submit=True)   # then use tinygrad as usual, with CLANG=1
+  print(tunesvc_tinygrad.stats())
+
+`python -m tunesvc.integrations.tinygrad SCRIPT.py ARGS` runs an unmodified script so; see __main__.py and site/."""
+from __future__ import annotations
+import collections, functools, json, os, sys
+from dataclasses import dataclass, field
+from typing import Optional
+import numpy as np
+from tinygrad.device import Compiled, CompiledASTRunner, Device, update_stats
+from tinygrad.helpers import DEBUG
+from tinygrad.ops import LazyOp
+from linearizer.ast import KernelAST, KernelValidationError
+from linearizer.kernel import OptError
+from tunesvc import runtime
+from tunesvc.client import Client
+from tunesvc.integrations.tinygrad.convert import Unsupported, to_kernel
+
+TINYGRAD_DEVICE = {"CPU": "CLANG"}  # a tunesvc backend -> the tinygrad device whose kernels it takes over
+
+
+@dataclass
+class Counts:
+  compiled: int = 0  # distinct kernels compiled by tunesvc: tuned + hand_coded
+  tuned: int = 0  # ... with opts served by the cache or the service
+  hand_coded: int = 0  # ... with the hand-coded schedule (untuned, or no service)
+  fallback: collections.Counter = field(default_factory=collections.Counter)  # reason -> kernels tinygrad compiled itself
+  runs: collections.Counter = field(default_factory=collections.Counter)  # kernel key -> runs through tunesvc
+
+
+@dataclass
+class _State:
+  device: str
+  client: Optional[Client]
+  submit: bool
+  counts: Counts = field(default_factory=Counts)
+  kernels: dict[str, KernelAST] = field(default_factory=dict)  # key -> kernel, every kernel tunesvc compiled
+
+
+_state: Optional[_State] = None
+
+
+class TunesvcRunner(CompiledASTRunner):
+  """tinygrad's runner interface (schedule, JIT, stats) over a program tunesvc compiled."""
+  def __init__(self, ast: LazyOp, kernel: KernelAST, bufs: list[int], src: str, prog, how: str):
+    super().__init__(ast, f"tunesvc_{how}_{kernel.key[:10]}", src, b"")
+    self.kernel, self.bufs, self.prog, self.counts = kernel, bufs, prog, _state.counts
+    self.var_names = [v.name for v in kernel.vars]
+
+  def __call__(self, rawbufs, var_vals, wait=False, jit=False, do_update_stats=True) -> Optional[float]:
+    vals = {v.expr: x for v, x in var_vals.items()}
+    # tinygrad's CPU buffers are ctypes arrays: a numpy view of each hands tunesvc's program the same memory
+    et = self.prog(*[np.frombuffer(rawbufs[i]._buf, np.uint8) for i in self.bufs], var_vals=[vals[n] for n in self.var_names],
+                   timed=wait or DEBUG >= 2)
+    self.counts.runs[self.kernel.key] += 1
+    if do_update_stats: update_stats(self.display_name, self.op_estimate, self.mem_estimate, var_vals, et, len(rawbufs), jit,
+                                     device=rawbufs[0].device, first_run=self.first_run)
+    self.first_run = False
+    return et
+
+
+def _fallback(dev: Compiled, ast: LazyOp, reason: str) -> CompiledASTRunner:
+  _state.counts.fallback[reason] += 1
+  if DEBUG >= 1: print(f"tunesvc: tinygrad compiles this kernel itself: {reason}", file=sys.stderr)
+  return Compiled.get_runner(dev, ast)
+
+def _get_runner(dev: Compiled, ast: LazyOp) -> CompiledASTRunner:
+  """What Compiled.get_runner is while enabled (cached per AST by tinygrad's own lru_cache, as the original is)."""
+  st = _state
+  try: kernel, bufs = to_kernel(ast)
+  except Unsupported as e: return _fallback(dev, ast, str(e))
+  except KernelValidationError as e: return _fallback(dev, ast, f"validation: {e.message}")
+  try:
+    opts = runtime.opts_for(kernel, st.device, st.client, st.submit)
+    try: src, prog, _ = runtime.compile_kernel(kernel, st.device, opts)
+    except OptError:  # served opts this codegen rejects: the hand-coded ones still run it
+      src, prog, _ = runtime.compile_kernel(kernel, st.device, opts := None)
+  except Exception as e:  # a compiler error or anything else: tinygrad's own code runs it, the caller never sees it
+    return _fallback(dev, ast, f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+  how = "hand_coded" if opts is None else "tuned"
+  st.counts.compiled += 1
+  setattr(st.counts, how, getattr(st.counts, how) + 1)
+  st.kernels[kernel.key] = kernel
+  return TunesvcRunner(ast, kernel, bufs, src, prog, how)
+
+
+def enable(url: Optional[str] = None, token: Optional[str] = None, submit: bool = False, device: str = "CPU") -> None:
+  """Compile tinygrad's kernels for `device` (tunesvc's name; CPU is tinygrad's CLANG) through tunesvc from now on,
+  with opts from the service at `url` (default: TUNESVC_URL's, or none: hand-coded); counts restart."""
+  global _state
+  if device not in TINYGRAD_DEVICE: raise ValueError(f"tunesvc runs tinygrad's kernels for {sorted(TINYGRAD_DEVICE)}, not {device!r}")
+  disable()
+  _state = _State(device, Client(url, token) if url else None, submit)
+  dev = Device[TINYGRAD_DEVICE[device]]
+  dev.get_runner = functools.lru_cache(None)(functools.partial(_get_runner, dev))  # the instance's, over the class's
+
+def disable() -> None:
+  """tinygrad compiles its own kernels again (runners made while enabled, e.g. inside a TinyJit, stay tunesvc's)."""
+  for name in TINYGRAD_DEVICE.values(): Device[name].__dict__.pop("get_runner", None)
+
+def stats() -> dict:
+  """Distinct kernels compiled by tunesvc (tuned / hand-coded), fallbacks by reason, and kernel runs through tunesvc."""
+  c = _state.counts if _state else Counts()
+  return {"compiled": c.compiled, "tuned": c.tuned, "hand_coded": c.hand_coded, "fallback": sum(c.fallback.values()),
+          "fallback_reasons": dict(c.fallback), "runs": sum(c.runs.values())}
+
+def kernels() -> list[tuple[KernelAST, int]]:
+  """Every distinct kernel tunesvc compiled since enable(), with how many times it ran."""
+  return [(k, _state.counts.runs[key]) for key, k in _state.kernels.items()] if _state else []
+
+
+def enable_from_env() -> None:
+  """enable() as the environment says: TUNESVC_URL, TUNESVC_TOKEN, TUNESVC_SUBMIT=1, TUNESVC_DEVICE (CPU); with
+  TUNESVC_TINYGRAD_STATS=PATH the stats are written there as JSON at exit ("-": to stderr)."""
+  enable(os.environ.get("TUNESVC_URL"), os.environ.get("TUNESVC_TOKEN"), os.environ.get("TUNESVC_SUBMIT") == "1",
+         os.environ.get("TUNESVC_DEVICE", "CPU"))
+  if out := os.environ.get("TUNESVC_TINYGRAD_STATS"):
+    import atexit
+    def write():
+      text = json.dumps(stats(), sort_keys=True)
+      if out == "-": print(f"tunesvc: {text}", file=sys.stderr)
+      else:
+        with open(out, "w") as f: f.write(text + "\n")
+    atexit.register(write)
