@@ -27,7 +27,8 @@ from linearizer.ast import KernelAST
 from linearizer.builders import matmul
 from linearizer.dtypes import float16, float32
 from linearizer.fuzz import compare
-from search.tune import SearchSettings, tune
+from search.settings import SearchSettings
+from search.tune import tune
 from tunesvc.runtime import compile_kernel
 
 
@@ -59,7 +60,7 @@ def bench(name: str, k: KernelAST, n: int, args) -> dict:
   want = [b.copy() for b in bufs]
   reference.run(k, want, {})
   t = time.monotonic()
-  res = tune(k, args.device, SearchSettings(beam=args.beam, budget_s=args.budget_s))
+  res = tune(k, args.device, SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s}))
   r = {"kernel": name, "flops": k.flops({}), "search_s": time.monotonic() - t, "candidates": len(res.candidates),
        "verified": res.verified, "opts": {}, "mismatch": {}}
   runs: dict[str, Callable[[], float]] = {}

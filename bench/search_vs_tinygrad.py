@@ -39,7 +39,8 @@ from linearizer.ast import ALU, KernelAST, LazyOp, loads
 from linearizer.fuzz import compare, positions
 from linearizer.reference import expected_range, random_buffers
 from linearizer.shapetracker import View, strides_for_shape
-from search.tune import SearchError, SearchSettings, tune
+from search.settings import SearchSettings
+from search.tune import SearchError, tune
 from tunesvc.runtime import compile_kernel
 
 CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # beside the checkout, as tests/conftest.py
@@ -49,7 +50,7 @@ CORPUS_PICK = dict(reduce=6, elementwise=4, seed=0, min_positions=1 << 16, max_p
 TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
 # tinygrad's BEAM knobs: its defaults but for the compile timeout (10 s), raised to tunesvc's compile_timeout_s, so
 # neither search drops a slow-to-compile candidate the other may keep; the per-kernel wall limit is --tinygrad-limit-s
-TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings.compile_timeout_s:.0f}"}
+TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings().build.compile_timeout_s:.0f}"}
 
 # ---------------------------------------------------------------- corpus kernels as tinygrad Tensor programs
 
@@ -206,7 +207,7 @@ def bench_kernel(c: Case, args, tg: Optional[Tinygrad], tmp: Path) -> dict:
   # tunesvc: its search, then its winner compiled here, checked and kept for the timing
   quiet(args, None)
   try:
-    r = tune(k, "CPU", SearchSettings(beam=args.beam, budget_s=args.budget_s, seed=args.seed))
+    r = tune(k, "CPU", SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "seed": args.seed}))
     res["tunesvc"] = {"search_s": r.search_s, "opts": [opt_str(o) for o in r.best_opts], "candidates": len(r.candidates),
                       "failed": r.failed, "hand_s": r.baseline_s, "search_best_s": r.best_s}
     _, prg, _ = compile_kernel(k, "CPU", r.best_opts)

@@ -1,15 +1,15 @@
 """The package boundaries of ../shared/design/ARCHITECTURE.md, checked on every import statement (function-level ones
 too): what each package may import of ours outside itself. The API and the store take search.result, the result's
-schema (a dataclass, no device), besides linearizer; the runtime library (runtime, client and its cache) runs kernels,
-so it takes devices, and nothing of search (ACTION_SPACE_VERSION lives in linearizer); the CLI and `serve` wire
-everything."""
+schema, and search.settings (dataclasses, no device), besides linearizer; the runtime library (runtime, client and its
+cache) runs kernels, so it takes devices, and nothing of search (ACTION_SPACE_VERSION lives in linearizer); the CLI and
+`serve` wire everything."""
 import ast
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("linearizer", "devices", "search", "workers", "tunesvc")
-RESULT_SCHEMA = ("linearizer", "search.result")
+RESULT_SCHEMA = ("linearizer", "search.result", "search.settings")  # plain dataclasses, no device
 ALLOWED = [  # (module prefix, the modules of ours outside it that it may import), the first match applies
   ("linearizer", ()),
   ("devices", ("linearizer",)),

@@ -1,13 +1,18 @@
-import json, time
+import json, threading, time
+import pytest
 from devices import cpu
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
 from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, children
-from search.beam import BeamSettings, beam_search
+from search.beam import BeamStrategy
+from search.builder import RenderBug
 from search.result import OK, Candidate, SearchResult
-from search.tune import SearchSettings, tune
+from search.settings import SearchSettings, StrategySettings
+from search.strategy import drive
+from search.tune import SearchStopped, tune
+from workers.worker import settings_of
 import fault_backend
 
 FAST = dict(min_time_s=0.005, final_rounds=3)
@@ -15,7 +20,7 @@ FAST = dict(min_time_s=0.005, final_rounds=3)
 
 def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candidates_and_the_search_goes_on():
   # no early stop: the planted wrong answer must be timed in full, whatever its speed, to reach its check
-  r = tune(matmul(64, 64, 64), settings=SearchSettings(beam=2, budget_s=60, early_stop=1e6, **FAST), module="fault_backend")
+  r = tune(matmul(64, 64, 64), settings=SearchSettings.from_json(dict(beam=2, budget_s=60, early_stop=1e6, **FAST)), module="fault_backend")
   first = {Opt.from_json(c.opts[0]): c for c in r.candidates if c.opts}
   got = {fault: first[opt] for opt, fault in fault_backend.FAULTS.items()}
   assert got["segfault"].status == "crash" and "SIGSEGV" in got["segfault"].error
@@ -29,7 +34,7 @@ def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candida
 
 def test_winner_is_verified_at_least_as_fast_as_hand_coded_and_the_result_round_trips_json():
   k = reduce("SUM", (512, 512), (1,))
-  r = tune(k, settings=SearchSettings(beam=2, budget_candidates=30, **FAST))
+  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=30, **FAST)))
   assert r.verified and r.best_s <= r.baseline_s and r.speedup >= 1.0
   assert r.baseline_opts == [o.to_json() for o in hand_coded_optimizations(Kernel(k, cpu.options()))]
   assert r.kernel_key == k.key and r.action_space_version == ACTION_SPACE_VERSION
@@ -73,7 +78,7 @@ def test_beam_search_is_deterministic_for_given_timings_and_stops_when_a_round_d
   runs = []
   for _ in range(2):
     log: list = []
-    measured = beam_search([k.copy()], actions_for(k.options), _synthetic_measure(log), BeamSettings(width=3))
+    measured = drive(BeamStrategy([k.copy()], actions_for(k.options), StrategySettings(beam=3)), _synthetic_measure(log))
     runs.append((log, min(measured, key=lambda p: p[1].min_s)[1].opts))
   assert runs[0] == runs[1]
   log, best = runs[0]
@@ -84,7 +89,7 @@ def test_beam_search_is_deterministic_for_given_timings_and_stops_when_a_round_d
 def test_beam_search_respects_candidate_and_time_budgets():
   k = Kernel(matmul(64, 64, 64), cpu.options())
   log: list = []
-  beam_search([k.copy()], actions_for(k.options), _synthetic_measure(log), BeamSettings(width=4, budget_candidates=25))
+  drive(BeamStrategy([k.copy()], actions_for(k.options), StrategySettings(beam=4)), _synthetic_measure(log), budget_candidates=25)
   assert len(log) == 25
   log = []
   slow = _synthetic_measure(log)
@@ -92,5 +97,33 @@ def test_beam_search_respects_candidate_and_time_budgets():
     time.sleep(0.3)
     return slow(kernels, rnd, limit, deadline)
   t = time.monotonic()
-  beam_search([k.copy()], actions_for(k.options), sleepy, BeamSettings(width=4, budget_s=0.5))
+  drive(BeamStrategy([k.copy()], actions_for(k.options), StrategySettings(beam=4)), sleepy, deadline=t + 0.5)
   assert time.monotonic() - t < 1.0 and len(log) > 1
+
+
+def test_a_renderer_exception_is_a_bug_that_ends_the_search_not_a_failed_candidate():
+  with pytest.raises(RenderBug, match="UNROLL.*planted renderer bug"):
+    tune(reduce("SUM", (64, 64), (1,)), settings=SearchSettings.from_json(dict(beam=2, budget_candidates=20, **FAST)), module="render_bug_backend")
+
+
+def test_the_stop_event_abandons_a_search_promptly():
+  stop, out = threading.Event(), []
+  def run():
+    try: tune(matmul(128, 128, 128), settings=SearchSettings.from_json(dict(beam=4, budget_s=600, **FAST)), stop=stop)
+    except SearchStopped as e: out.append(e)
+  t = threading.Thread(target=run)
+  t.start()
+  time.sleep(3)
+  stop.set()
+  t0 = time.monotonic()
+  t.join(30)
+  assert not t.is_alive() and len(out) == 1 and time.monotonic() - t0 < 10
+
+
+def test_settings_are_one_flat_definition_split_by_stage_and_unknown_names_are_refused():
+  s = SearchSettings.from_json({"beam": 3, "seed": 5, "final_rounds": 2, "workers": 1})
+  assert (s.strategy.beam, s.measure.seed, s.final.final_rounds, s.build.workers) == (3, 5, 2, 1)
+  assert SearchSettings.from_json(s.to_json()) == s
+  with pytest.raises(ValueError, match="beem"): SearchSettings.from_json({"beem": 3})
+  with pytest.raises(ValueError, match="workers"): settings_of({"settings": {"workers": 8}})  # the machine's, not a job's
+  assert settings_of({"settings": {"beam": 2, "action_space_version": 1}}).strategy.beam == 2

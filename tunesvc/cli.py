@@ -170,10 +170,12 @@ def cmd_tune(args) -> int:
   from rich.table import Table
   from linearizer import ACTION_SPACE_VERSION
   from search.cache import ResultCache
-  from search.tune import SearchError, SearchSettings, tune
+  from search.builder import RenderBug
+  from search.settings import SearchSettings
+  from search.tune import SearchError, tune
   try: dev = registry.get(args.device)
   except ValueError as e: _fail(f"ERROR --device: {e}")
-  settings = SearchSettings(beam=args.beam, budget_s=args.budget_s, budget_candidates=args.budget_candidates, seed=args.seed)
+  settings = SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, "seed": args.seed})
   fp_hash = dev.fingerprint_hash(dev.fingerprint())
   cache = ResultCache()
   err = Console(stderr=True)
@@ -190,7 +192,7 @@ def cmd_tune(args) -> int:
           task = bar.add_task(f"{name}: reference")
           show = lambda n, best: bar.update(task, description=f"{name}: {n} candidates, best {'-' if best is None else f'{best * 1e3:.3f} ms'}")
           try: r = tune(k, args.device, settings, progress=show)
-          except SearchError as e:
+          except (SearchError, RenderBug) as e:
             ok = False
             print(json.dumps({"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": str(e)}) if args.json else f"FAILED {name}: {e}")
             continue

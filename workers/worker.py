@@ -2,24 +2,22 @@
 heartbeats while it does, and reports the result -- or why it failed. SIGTERM or SIGINT stops it cleanly: a job
 in progress goes back to the queue without costing an attempt. It talks to the service over HTTP only."""
 from __future__ import annotations
-import dataclasses, logging, os, signal, socket, threading
+import logging, os, signal, socket, threading, time
 from typing import Optional
 from devices import registry
 from linearizer.ast import KernelValidationError, load
 from linearizer import ACTION_SPACE_VERSION
-from search.tune import SearchError, SearchSettings, tune
+from search.builder import RenderBug
+from search.settings import SearchSettings
+from search.tune import SearchError, SearchStopped, tune
 from tunesvc.client import Client, ServiceError
 
 log = logging.getLogger("tunesvc.worker")
-SETTINGS = {f.name for f in dataclasses.fields(SearchSettings)} - {"workers"}  # what a job may set; the machine owns its cores
-
-
-class JobLost(Exception):
-  """The lease was lost (the service gave the job to another worker) or the worker is stopping."""
 
 
 def settings_of(job: dict) -> SearchSettings:
-  return SearchSettings(**{k: v for k, v in (job.get("settings") or {}).items() if k in SETTINGS})
+  """The job's search settings; ValueError on a name a job may not set (the machine owns its cores, for one)."""
+  return SearchSettings.from_json(job.get("settings") or {}, job=True)
 
 
 class Worker:
@@ -48,26 +46,34 @@ class Worker:
 
   def work(self, job: dict) -> bool:
     """Search one claimed job and report it; True if it finished (done or failed for good)."""
-    jid, lost = job["job_id"], threading.Event()
-    def beat() -> None:
-      while not lost.wait(self.lease_s / 4):
+    jid, lost, stop, done = job["job_id"], threading.Event(), threading.Event(), threading.Event()
+    try: settings = settings_of(job)
+    except ValueError as e:  # a job this worker cannot search as asked: no retry either
+      self.client.fail(self.id, jid, f"bad search settings: {e}", retry=False)
+      return True
+    def beat() -> None:  # heartbeats; and the search's stop once the lease is lost or the worker is stopping
+      next_beat = time.monotonic() + self.lease_s / 4
+      while not done.wait(0.1):
+        if self.stopping.is_set(): stop.set()
+        if time.monotonic() < next_beat: continue
+        next_beat = time.monotonic() + self.lease_s / 4
         try: self.client.heartbeat(self.id, jid, self.lease_s)
         except ServiceError as e:
-          if e.status in (404, 409): lost.set()  # taken away: stop searching it
+          if e.status in (404, 409):  # taken away: stop searching it
+            lost.set()
+            stop.set()
         except Exception as e: log.warning("heartbeat for job %s failed: %s", jid, e)  # the lease may still hold
-    def check(*_) -> None:
-      if lost.is_set() or self.stopping.is_set(): raise JobLost
     hb = threading.Thread(target=beat, daemon=True)
     hb.start()
     try:
-      result = tune(load(job["kernel"]), self.device, settings_of(job), module=self.module, progress=check)
+      result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop)
       self.client.report(self.id, jid, result)
       log.info("job %s: %s %.3g ms -> %.3g ms", jid, job["kernel_key"][:12], result.baseline_s * 1e3, result.best_s * 1e3)
       return True
-    except JobLost:
+    except SearchStopped:
       if not lost.is_set(): self.client.release(self.id, jid)  # stopping: back to the queue, no attempt spent
       return False
-    except (KernelValidationError, SearchError) as e:  # the same input fails the same way: no retry
+    except (KernelValidationError, SearchError, RenderBug) as e:  # the same input fails the same way: no retry
       self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=False)
       return True
     except Exception as e:
@@ -75,7 +81,7 @@ class Worker:
       self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=True)
       return True
     finally:
-      lost.set()
+      done.set()
       hb.join()
 
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Optional
 from fastapi import Path
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from linearizer.kernel import Opt, OptError
 from search.result import FAILURES, OK, SLOW, SearchResult
+from search.settings import JOB_FIELDS
 from tunesvc.store.models import Job, Result
 
 HEX64 = r"^[0-9a-f]{64}$"
@@ -40,16 +41,13 @@ def storable(x: Any, path: str = "") -> Any:
 class Request(BaseModel): model_config = ConfigDict(extra="forbid")
 
 
-class SearchSettings(Request):
-  beam: int = Field(2, ge=1, le=64, description="beam width")
-  budget_s: float = Field(60.0, gt=0, le=86400, description="seconds the search may take")
-  budget_candidates: Optional[int] = Field(None, ge=1, le=100_000, description="candidates the search may measure")
-  min_improvement: float = Field(0.01, ge=0, lt=1, description="a round gaining less than this share ends the search")
-  min_time_s: float = Field(0.05, ge=0.001, le=10, description="measured time per candidate")
-  final_rounds: int = Field(7, ge=1, le=100, description="interleaved re-timings of the finalists")
-  seed: int = Field(0, ge=0, le=MAX_INT, description="seed of the input data")
-  action_space_version: Optional[Version] = Field(None, description="search with this action-space version: workers of another "
-                                                  "version leave the job (a runtime asks for the version it looks up); null: any")
+# the search settings a job may set: search/settings.py's definition (names, types, bounds, help), the service's defaults
+# for two of them (a shared service spends less per job than `tunesvc tune`)
+SERVICE_DEFAULTS = {"beam": 2, "budget_s": 60.0}
+SearchSettings = create_model("SearchSettings", __base__=Request, **{
+  name: (typ, Field(SERVICE_DEFAULTS.get(name, default), description=meta["help"], **meta["bounds"]))
+  for name, (typ, default, meta) in JOB_FIELDS.items()}, action_space_version=(Optional[Version], Field(None, description=
+  "search with this action-space version: workers of another version leave the job (a runtime asks for the version it looks up); null: any")))
 
 class SubmitRequest(Request):
   kernels: list[Document] = Field(min_length=1, max_length=1000)

@@ -1,0 +1,91 @@
+"""The builder: schedules to binaries in the compile pool, as typed build results.
+
+A schedule renders (lowering, then the device's renderer) and its new sources compile; a source seen before is a
+duplicate and not built again. A build fails as too large (past MAX_UOPS, never compiled) or as a compile error (the
+candidate's failure, kept with the compiler's message). A render error is tunesvc's bug, not a failed candidate:
+lowering and rendering must take every schedule the Kernel accepted, so it raises RenderBug."""
+from __future__ import annotations
+import hashlib, importlib, threading, time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterator, Optional
+from linearizer.ast import KernelAST, loads
+from linearizer.kernel import Kernel, Opt
+from linearizer.lower import lower
+from linearizer.options import LinearizerOptions
+from search.actions import MAX_UOPS
+from search.pool import CompilePool
+
+
+class BuildError(str, Enum):
+  TOO_LARGE = "too_large"
+  COMPILE = "compile_error"
+
+class RenderBug(RuntimeError):
+  """Lowering or rendering raised on a schedule the Kernel accepted."""
+
+
+@dataclass
+class Build:
+  kernel: Kernel
+  source: str = ""
+  source_hash: str = ""
+  ir_size: int = 0                    # uops of the linear IR
+  launch: tuple = ()                  # (work-groups, work-items) per launch dim where the device has local dims
+  binary: bytes = b""
+  compile_s: float = 0.0
+  error: Optional[BuildError] = None
+  message: str = ""
+
+
+# ---- the pool's tasks: module-level, so a spawned worker finds them by name
+_ASTS: dict[str, KernelAST] = {}
+
+def render_task(module: str, key: str, doc: str, opts: tuple[Opt, ...], options: LinearizerOptions) -> tuple[Optional[str], int, tuple]:
+  """(source, IR size, launch) of the kernel under opts; no source past MAX_UOPS."""
+  ast = _ASTS.get(key) or _ASTS.setdefault(key, loads(doc))
+  prog = lower(Kernel(ast, options).apply_opts(opts))
+  src = importlib.import_module(module).render(prog) if len(prog.uops) <= MAX_UOPS else None
+  return src, len(prog.uops), (prog.groups, prog.local) if prog.local else ()
+
+def compile_task(module: str, src: str) -> tuple[bytes, float]:
+  t = time.perf_counter()
+  return importlib.import_module(module).compile(src), time.perf_counter() - t
+
+
+class Builder:
+  def __init__(self, pool: CompilePool, module: str, k: KernelAST, options: LinearizerOptions):
+    self.pool, self.module, self.k, self.options = pool, module, k, options
+    self.sources: set[str] = set()     # source hashes seen: the duplicate filter
+
+  def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None) -> Iterator[Build]:
+    """Builds of the kernels as they finish (failures too, duplicates left out), until all are done, the deadline
+    passes or `stop` is set; the consumer may stop early, and the queued tasks are dropped."""
+    pool, mod = self.pool, self.module
+    rendering = {pool.submit(render_task, mod, self.k.key, self.k.canonical, tuple(k.applied_opts), self.options): k for k in kernels}
+    compiling: dict[int, Build] = {}
+    try:
+      while (rendering or compiling) and time.monotonic() < deadline and not (stop and stop.is_set()):
+        for t, ok, val in pool.results(timeout=max(0.0, min(deadline - time.monotonic(), 0.25))):  # wakes to see `stop`
+          if t in rendering:
+            k = rendering.pop(t)
+            if not ok: raise RenderBug(f"rendering {[o.to_json() for o in k.applied_opts]} failed: {val}")
+            src, size, launch = val
+            b = Build(k, ir_size=size, launch=launch)
+            if src is None: yield _failed(b, BuildError.TOO_LARGE, f"{size} IR ops, more than {MAX_UOPS}")
+            elif (h := hashlib.sha256(src.encode()).hexdigest()) not in self.sources:  # else a duplicate: not built again
+              self.sources.add(h)
+              b.source, b.source_hash = src, h
+              compiling[pool.submit(compile_task, mod, src)] = b
+          elif t in compiling:
+            b = compiling.pop(t)
+            if not ok: yield _failed(b, BuildError.COMPILE, val)
+            else:
+              b.binary, b.compile_s = val
+              yield b
+    finally: pool.cancel()
+
+
+def _failed(b: Build, error: BuildError, message: str) -> Build:
+  b.error, b.message = error, message
+  return b

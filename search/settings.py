@@ -1,0 +1,83 @@
+"""The search's settings, one definition split by stage (strategy, build, measure, final check) and shared by the CLI,
+the API and the worker. Their JSON form is flat (every name is unique across stages): what a job carries, what a
+result stores, what the API validates. A field a job may set carries its bounds and help in its metadata (the API
+builds its request model from them); the others belong to the machine or the caller. Unknown names are an error."""
+from __future__ import annotations
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Optional
+
+MAX_INT = 2**31 - 1
+
+
+def job(default: Any, help: str, **bounds) -> Any:
+  """A field a job may set: its default, its help, and its bounds (pydantic's ge/gt/le/lt)."""
+  return field(default=default, metadata={"help": help, "bounds": bounds})
+
+
+@dataclass(frozen=True)
+class StrategySettings:
+  beam: int = job(4, "beam width", ge=1, le=64)
+  min_improvement: float = job(0.01, "a round gaining less than this share ends the search", ge=0, lt=1)
+  max_rounds: int = 32
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+  compile_timeout_s: float = 60.0
+  workers: int = 0                    # compile processes; 0: one per core (the machine's to choose, never a job's)
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+  seed: int = job(0, "seed of the input data", ge=0, le=MAX_INT)
+  min_time_s: float = job(0.05, "measured time per candidate", ge=0.001, le=10)
+  early_stop: float = 3.0             # stop timing a candidate this many times slower than the best
+  timeout_factor: float = 20.0        # a candidate's time limit: this many times the best (seeds: seed_timeout_s)
+  seed_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class FinalSettings:
+  final_top: int = 3                  # candidates re-timed against the baseline at the end
+  final_rounds: int = job(7, "interleaved re-timings of the finalists", ge=1, le=100)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+  budget_s: Optional[float] = job(120.0, "seconds the search may take", gt=0, le=86400)
+  budget_candidates: Optional[int] = job(None, "candidates the search may measure", ge=1, le=100_000)
+  var_vals: Optional[dict] = None     # where to tune a symbolic kernel (default: each variable's midpoint)
+  strategy: StrategySettings = StrategySettings()
+  build: BuildSettings = BuildSettings()
+  measure: MeasureSettings = MeasureSettings()
+  final: FinalSettings = FinalSettings()
+
+  def to_json(self) -> dict:
+    return {k: v for f in fields(self) for k, v in (asdict(getattr(self, f.name)) if f.name in STAGES else {f.name: getattr(self, f.name)}).items()}
+
+  @staticmethod
+  def from_json(d: dict, *, job: bool = False) -> SearchSettings:
+    """From the flat form; ValueError on a name it does not know (with `job`, on one a job may not set)."""
+    allowed = set(JOB_FIELDS) | JOB_EXTRA if job else set(NAMES)
+    if bad := sorted(set(d) - allowed): raise ValueError(f"unknown search settings: {', '.join(map(str, bad))}")
+    top = {k: v for k, v in d.items() if NAMES.get(k) is None}
+    stages = {s: cls(**{k: v for k, v in d.items() if NAMES.get(k) == s}) for s, cls in STAGES.items()}
+    return SearchSettings(**{k: v for k, v in top.items() if k not in JOB_EXTRA}, **stages)
+
+
+STAGES: dict[str, type] = {"strategy": StrategySettings, "build": BuildSettings, "measure": MeasureSettings, "final": FinalSettings}
+NAMES: dict[str, Optional[str]] = {**{f.name: None for f in fields(SearchSettings) if f.name not in STAGES},
+                                   **{f.name: s for s, cls in STAGES.items() for f in fields(cls)}}  # name -> its stage (None: top)
+JOB_EXTRA = {"action_space_version"}  # a job's key the queue reads (which workers may claim it), not the search's
+
+
+def _job_fields() -> dict[str, tuple[Any, Any, dict]]:
+  out = {}
+  for cls in (SearchSettings, *STAGES.values()):
+    hints = typing.get_type_hints(cls)
+    out |= {f.name: (hints[f.name], f.default if f.default is not MISSING else None, dict(f.metadata))
+            for f in fields(cls) if "bounds" in f.metadata}
+  return out
+
+JOB_FIELDS: dict[str, tuple[Any, Any, dict]] = _job_fields()  # name -> (type, default, {"help", "bounds"}): what a job may set

@@ -1,0 +1,33 @@
+"""The strategy seam: a search strategy is asked for candidates and told how they measured (ask/tell), and knows
+nothing of how they are built or timed. `drive` runs one against a Measure until the strategy, the budget or the
+stop event ends it; beam search (search/beam.py) is one strategy."""
+from __future__ import annotations
+import threading, time
+from typing import Callable, Optional, Protocol
+from linearizer.kernel import Kernel
+from search.result import Candidate
+
+# measure(kernels, round, limit, deadline) -> (kernel, candidate) for those it measured, at most `limit`, stopping at
+# `deadline` (time.monotonic()); kernels whose source duplicates an earlier candidate's are left out
+Measure = Callable[[list[Kernel], int, int, float], list[tuple[Kernel, Candidate]]]
+
+
+class Strategy(Protocol):
+  round: int                          # the round of the last proposals (0: the seeds)
+  def propose(self, n: int) -> list[Kernel]: ...   # at most n schedules not proposed before (round 0: all seeds); [] when done
+  def observe(self, results: list[tuple[Kernel, Candidate]]) -> None: ...
+
+
+def drive(strategy: Strategy, measure: Measure, budget_candidates: Optional[int] = None, deadline: float = float("inf"),
+          stop: Optional[threading.Event] = None) -> list[tuple[Kernel, Candidate]]:
+  """Every (kernel, candidate) measured, in measuring order. Round 0 (the seeds) is measured whatever the budget:
+  every search has a baseline."""
+  measured: list[tuple[Kernel, Candidate]] = []
+  def left() -> int: return budget_candidates - len(measured) if budget_candidates is not None else 1 << 62
+  while ks := strategy.propose(left()):
+    rnd = strategy.round
+    new = measure(ks, rnd, len(ks) if rnd == 0 else left(), float("inf") if rnd == 0 else deadline)
+    measured += new
+    strategy.observe(new)
+    if left() <= 0 or time.monotonic() >= deadline or stop and stop.is_set(): break
+  return measured
