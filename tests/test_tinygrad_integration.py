@@ -1,7 +1,7 @@
 """tinygrad 0.8.0 programs with their kernels compiled by tunesvc (tunesvc.integrations.tinygrad) give tinygrad's own
 results, TinyJit and symbolic shapes included; a kernel tunesvc cannot take runs tinygrad's code, counted; a slice of
 tinygrad's own op tests has the same outcomes with and without tunesvc."""
-import os, subprocess, sys
+import os, subprocess, sys, time
 import numpy as np
 import pytest
 
@@ -94,3 +94,37 @@ def test_tinygrad_op_tests_slice_same_outcomes():
   rep = compare(["test/test_ops.py"], SLICE, timeout=900)
   assert rep["differ"] == {}, rep["differ"]
   assert rep["tunesvc"]["passed"] >= 6 and rep["stats"]["compiled"] > 0 and rep["stats"]["fallback"] == 0, rep
+
+
+def test_end_to_end_a_served_model_is_tuned_then_every_kernel_served_tuned(tmp_path):
+  """tunesvc serve on SQLite with a local worker; a small model run with submit=True queues its kernels, the worker
+  tunes them, and a second run (a fresh local cache: every answer from the store) compiles every kernel with tuned opts."""
+  from tunesvc.client import Client
+  from tunesvc.config import Settings
+  from tunesvc.serve import Service
+  from devices import registry
+  rng = np.random.default_rng(4)
+  x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((4, 16), (16, 32), (32, 8)))
+  model = lambda: (Tensor(x) @ Tensor(w1)).relu().matmul(Tensor(w2)).softmax().numpy()
+  svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/e2e.db", tokens={"sub": "submit"}), port=0, workers=1, devices=["CPU"]).start()
+  try:
+    tsvc.enable(svc.url, "sub", submit=True, search={"beam": 2, "budget_candidates": 8, "min_time_s": 0.005, "final_rounds": 3},
+                cache_dir=str(tmp_path / "cache1"))
+    first = model()
+    s1, keys = tsvc.stats(), [k.key for k, _ in tsvc.kernels()]
+    assert s1["compiled"] == len(keys) >= 2 and s1["hand_coded"] == s1["compiled"] and s1["fallback"] == 0, s1
+    dev = registry.get("CPU")
+    with Client(svc.url, "sub") as c:
+      fp = dev.fingerprint_hash(dev.fingerprint())
+      deadline = time.monotonic() + 300
+      while None in c.lookup(fp, keys):
+        assert time.monotonic() < deadline, "the worker did not tune every kernel in time"
+        time.sleep(1)
+    tsvc.enable(svc.url, "sub", cache_dir=str(tmp_path / "cache2"))
+    second = model()
+    s2 = tsvc.stats()
+    assert s2["tuned"] == s2["compiled"] == len(keys) and s2["hand_coded"] == 0 and s2["fallback"] == 0, s2
+    np.testing.assert_allclose(second, first, rtol=1e-5, atol=1e-6)
+  finally:
+    tsvc.disable()
+    svc.stop()

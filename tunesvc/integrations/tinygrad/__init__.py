@@ -17,6 +17,8 @@ import numpy as np
 from tinygrad.device import Compiled, CompiledASTRunner, Device, update_stats
 from tinygrad.helpers import DEBUG
 from tinygrad.ops import LazyOp
+from devices import registry
+from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST, KernelValidationError
 from linearizer.kernel import OptError
 from tunesvc import runtime
@@ -40,6 +42,7 @@ class _State:
   device: str
   client: Optional[Client]
   submit: bool
+  search: dict  # the search settings a queued kernel is tuned with (the service's defaults where empty)
   counts: Counts = field(default_factory=Counts)
   kernels: dict[str, KernelAST] = field(default_factory=dict)  # key -> kernel, every kernel tunesvc compiled
 
@@ -78,7 +81,7 @@ def _get_runner(dev: Compiled, ast: LazyOp) -> CompiledASTRunner:
   except Unsupported as e: return _fallback(dev, ast, str(e))
   except KernelValidationError as e: return _fallback(dev, ast, f"validation: {e.message}")
   try:
-    opts = runtime.opts_for(kernel, st.device, st.client, st.submit)
+    if (opts := runtime.opts_for(kernel, st.device, st.client)) is None and st.submit and st.client: _queue(kernel)
     try: src, prog, _ = runtime.compile_kernel(kernel, st.device, opts)
     except OptError:  # served opts this codegen rejects: the hand-coded ones still run it
       src, prog, _ = runtime.compile_kernel(kernel, st.device, opts := None)
@@ -91,19 +94,33 @@ def _get_runner(dev: Compiled, ast: LazyOp) -> CompiledASTRunner:
   return TunesvcRunner(ast, kernel, bufs, src, prog, how)
 
 
-def enable(url: Optional[str] = None, token: Optional[str] = None, submit: bool = False, device: str = "CPU") -> None:
+def _queue(kernel: KernelAST) -> None:
+  """Queue an untuned kernel for tuning on exactly this device's fingerprint (a worker on another model of the device
+  would find opts this one never looks up); a service that cannot take it costs a warning, never the caller's run."""
+  dev = registry.get(_state.device)
+  try: _state.client.submit([kernel], dev.fingerprint_hash(dev.fingerprint()), {"action_space_version": ACTION_SPACE_VERSION, **_state.search},
+                            timeout=_state.client.lookup_timeout)
+  except Exception as e: print(f"tunesvc: could not queue kernel {kernel.key[:12]} for tuning: {e}", file=sys.stderr)
+
+
+def enable(url: Optional[str] = None, token: Optional[str] = None, submit: bool = False, device: str = "CPU",
+           search: Optional[dict] = None, cache_dir: Optional[str] = None) -> None:
   """Compile tinygrad's kernels for `device` (tunesvc's name; CPU is tinygrad's CLANG) through tunesvc from now on,
-  with opts from the service at `url` (default: TUNESVC_URL's, or none: hand-coded); counts restart."""
+  with opts from the service at `url` (default: TUNESVC_URL's, or none: hand-coded) through the local cache at
+  `cache_dir` (default: the user's); with `submit`, kernels the service has no opts for are queued for tuning with the
+  `search` settings (e.g. {"budget_s": 30}). Counts restart."""
   global _state
   if device not in TINYGRAD_DEVICE: raise ValueError(f"tunesvc runs tinygrad's kernels for {sorted(TINYGRAD_DEVICE)}, not {device!r}")
   disable()
-  _state = _State(device, Client(url, token) if url else None, submit)
+  url = url or os.environ.get("TUNESVC_URL")
+  _state = _State(device, Client(url, token or os.environ.get("TUNESVC_TOKEN"), cache_dir=cache_dir) if url else None, submit, search or {})
   dev = Device[TINYGRAD_DEVICE[device]]
   dev.get_runner = functools.lru_cache(None)(functools.partial(_get_runner, dev))  # the instance's, over the class's
 
 def disable() -> None:
   """tinygrad compiles its own kernels again (runners made while enabled, e.g. inside a TinyJit, stay tunesvc's)."""
   for name in TINYGRAD_DEVICE.values(): Device[name].__dict__.pop("get_runner", None)
+  if _state and _state.client: _state.client.close()
 
 def stats() -> dict:
   """Distinct kernels compiled by tunesvc (tuned / hand-coded), fallbacks by reason, and kernel runs through tunesvc."""
@@ -119,8 +136,7 @@ def kernels() -> list[tuple[KernelAST, int]]:
 def enable_from_env() -> None:
   """enable() as the environment says: TUNESVC_URL, TUNESVC_TOKEN, TUNESVC_SUBMIT=1, TUNESVC_DEVICE (CPU); with
   TUNESVC_TINYGRAD_STATS=PATH the stats are written there as JSON at exit ("-": to stderr)."""
-  enable(os.environ.get("TUNESVC_URL"), os.environ.get("TUNESVC_TOKEN"), os.environ.get("TUNESVC_SUBMIT") == "1",
-         os.environ.get("TUNESVC_DEVICE", "CPU"))
+  enable(submit=os.environ.get("TUNESVC_SUBMIT") == "1", device=os.environ.get("TUNESVC_DEVICE", "CPU"))
   if out := os.environ.get("TUNESVC_TINYGRAD_STATS"):
     import atexit
     def write():
