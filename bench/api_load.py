@@ -37,9 +37,9 @@ def store_tuned(url: str, n: int) -> tuple[list[str], str]:
   ks = {(k := reduce("SUM", (64 + i, 256), (1,), name=f"bench_sum_{i}")).key: k for i in range(n)}
   st = Store(url)
   queue.submit(st, list(ks.values()), "CPU", {"beam": 2})
-  w = queue.register(st, "bench", "CPU", fp, fp_hash)
-  for _ in ks:
-    job, row = queue.claim(st, w.id, 600)
+  w = queue.register(st, "bench", "CPU", fp, fp_hash, cpu.options().to_json())
+  while (got := queue.claim(st, w.id, 600)) is not None:  # each search, then its confirmation (the same measurement again)
+    job, row = got
     kernel = ks[row.key]
     opts = [o.to_json() for o in hand_coded_optimizations(Kernel(kernel, cpu.options()))]
     cands = [Candidate([], "ok", 0, "0" * 64, "", 0.01, [2e-4], True), Candidate(opts, "ok", 0, "1" * 64, "", 0.01, [1e-4], True)]

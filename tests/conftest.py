@@ -25,7 +25,7 @@ def corpus(corpus_lines):
   return [loads(line) for line in corpus_lines]
 
 
-TOKENS = {"sub": "submit", "wrk": "worker"}  # the tokens the `server` fixture knows, by role
+TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}  # the tokens the `server` fixture knows, by role
 
 
 @pytest.fixture

@@ -5,12 +5,14 @@ from pathlib import Path
 from devices import cpu
 from linearizer.ast import KernelAST, loads
 from linearizer.heuristic import hand_coded_optimizations
-from linearizer.kernel import Kernel
+from linearizer.kernel import Kernel, OptError
+from linearizer.options import LinearizerOptions
 from search.result import Candidate, SearchResult
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "kernels").glob("*.json"))
 CUDA_FP = {"backend": "CUDA", "arch": "sm_90", "compiler": "nvrtc", "compiler_version": "12.4", "driver": "550.54"}
 CUDA_HASH = cpu.fingerprint_hash(CUDA_FP)
+CUDA_OPTIONS = LinearizerOptions("CUDA").to_json()
 
 
 @functools.cache
@@ -23,11 +25,23 @@ def cpu_fingerprint() -> tuple[dict, str]:
   fp = cpu.fingerprint()
   return fp, cpu.fingerprint_hash(fp)
 
+@functools.cache
+def cpu_options() -> dict: return cpu.options().to_json()
+
+def legal_step(k: KernelAST, base: list[dict]) -> list[dict]:
+  """One opt that applies after `base` on this kernel (the winner's extra step), or none."""
+  for o in ({"op": "UNROLL", "axis": 0, "amt": 2}, {"op": "UPCAST", "axis": 0, "amt": 2}, {"op": "UPCAST", "axis": 0, "amt": 4}):
+    try:
+      Kernel(k, cpu.options()).apply_opts(base + [o])
+      return [o]
+    except OptError: pass
+  return []
+
 
 def search_result(k: KernelAST, fp: dict, fp_hash: str, best_s: float = 1e-3, verified: bool = True, version: int = 1,
                   settings: dict | None = None) -> SearchResult:
   base = [o.to_json() for o in hand_coded_optimizations(Kernel(k, cpu.options()))]
-  best = base + [{"op": "UNROLL", "axis": 0, "amt": 2}]
+  best = base + legal_step(k, base)
   src = lambda i: f"{i:064x}"
   cands = [Candidate([], "ok", 0, src(1), "", 0.04, [best_s * 4.1, best_s * 4.0, best_s * 4.2], True),
            Candidate(base, "ok", 0, src(2), "", 0.05, [best_s * 2.0, best_s * 2.1], True),

@@ -7,7 +7,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
-from search_results import CUDA_FP, CUDA_HASH, cpu_fingerprint, example, examples, result_json
+from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, result_json
 from tunesvc.api import create_app
 from tunesvc.config import Settings
 
@@ -27,9 +27,10 @@ def submit(api, kernels, **kw):
   assert r.status_code == 202, r.text
   return r.json()["jobs"]
 
-def register(api, name="cpu-0", fp=None, h=None) -> int:
+def register(api, name="cpu-0", fp=None, h=None, options=None) -> int:
   fp, h = (fp, h) if fp else cpu_fingerprint()
-  r = api.post("/v1/workers", json={"name": name, "device": "CPU", "fingerprint": fp, "fingerprint_hash": h}, headers=WRK)
+  body = {"name": name, "device": "CPU", "fingerprint": fp, "fingerprint_hash": h, "options": options or cpu_options()}
+  r = api.post("/v1/workers", json=body, headers=WRK)
   assert r.status_code == 201, r.text
   return r.json()["worker_id"]
 
@@ -40,6 +41,14 @@ def claim(api, wid, lease_s=60):
 def report(api, wid, job, **kw):
   fp, h = cpu_fingerprint()
   return api.post(f"/v1/workers/{wid}/report", json={"job_id": job["job_id"], "result": result_json(example_of(job), fp, h, **kw)}, headers=WRK)
+
+def confirm(api, wid, job, **kw):
+  """The worker measures its reported result again (the confirm job, claimed first): then it is served."""
+  c = claim(api, wid)
+  assert c["kind"] == "confirm" and c["kernel_key"] == job["kernel_key"], c
+  r = report(api, wid, c, **kw)
+  assert r.status_code == 200, r.text
+  return c
 
 def example_of(job):
   return next(k for k in examples() if k.key == job["kernel_key"])
@@ -144,8 +153,11 @@ def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
   r = report(api, wid, job).json()
   assert r["state"] == "done" and not r["duplicate"]
   assert report(api, wid, job).json() == {**r, "duplicate": True}
-  got = api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()
   fp, h = cpu_fingerprint()
+  assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404  # not served before it is confirmed
+  c = confirm(api, wid, job)
+  got = api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()
+  assert got["result"]["status"] == "confirmed" and got["result"]["worker_id"] == wid
   assert got["state"] == "done" and got["result"]["speedup"] == 2.0 and got["result"]["fingerprint"] == h and got["finished"]
   opts = api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).json()
   assert opts == {"kernel_key": k.key, "fingerprint": h, "action_space_version": 1, "opts": got["result"]["opts"], "best_s": 1e-3, "baseline_s": 2e-3}
@@ -155,35 +167,37 @@ def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
   looked = api.post("/v1/opts/lookup", json={"fingerprint": h, "keys": [other.key, k.key], "kernels": [k.to_json()]}).json()["results"]
   assert looked == [None, opts, opts]
   detail = api.get(f"/v1/kernels/{k.key}", headers=SUB).json()
-  assert detail["document"] == k.to_json() and [j["job_id"] for j in detail["jobs"]] == [job["job_id"]]
-  res, = detail["results"]
+  assert detail["document"] == k.to_json() and [(j["job_id"], j["kind"]) for j in detail["jobs"]] == [(job["job_id"], "tune"), (c["job_id"], "confirm")]
+  res, measured = detail["results"]
+  assert res["confirmed_by"] == measured["result_id"] and measured["status"] == "measurement"
   assert res["worker_id"] == wid and res["opts"] == opts["opts"] and len(res["measurements"]) == 6
   assert [m["status"] for m in res["measurements"]] == ["ok", "ok", "ok", "slow", "compile_error", "timeout"]
   again, = submit(api, [k])  # tuned: answered at once
   assert again["job_id"] == job["job_id"] and again["state"] == "done" and again["result"] == got["result"]
   metrics = api.get("/metrics").text
-  assert 'tunesvc_lookups_total{outcome="hit"} 3.0' in metrics and 'tunesvc_lookups_total{outcome="miss"} 3.0' in metrics
-  assert 'tunesvc_jobs{state="done"} 1.0' in metrics
+  assert 'tunesvc_lookups_total{outcome="hit"} 3.0' in metrics and 'tunesvc_lookups_total{outcome="miss"} 4.0' in metrics
+  assert 'tunesvc_jobs{state="done"} 2.0' in metrics  # the search and its confirmation
   assert 'tunesvc_requests_total{method="GET",route="/v1/opts/{kernel_key}",status="200"} 1.0' in metrics  # the fast path is counted
   # a repeated parameter is not the fast path's plain form: FastAPI's route answers it, as the fast path would have
   assert api.get(f"/v1/opts/{k.key}?fingerprint={h}&fingerprint={h}").json() == opts
   miss = api.get(f"/v1/opts/{k.key}", params={"fingerprint": CUDA_HASH, "action_space_version": 1})
   assert api.get(f"/v1/opts/{k.key}?fingerprint={CUDA_HASH}&fingerprint={CUDA_HASH}&action_space_version=1").json() == miss.json()
   assert miss.json()["detail"] == f"kernel {k.key} is not tuned for fingerprint {CUDA_HASH} at action-space version 1"
-  assert 'tunesvc_requests_total{method="POST",route="/v1/workers/{worker_id}/report",status="200"} 2.0' in metrics
+  assert 'tunesvc_requests_total{method="POST",route="/v1/workers/{worker_id}/report",status="200"} 3.0' in metrics
 
 
 def test_claims_match_the_worker_fingerprint_and_unknown_workers_are_404(api):
   submit(api, [example("sum_all")], device="CUDA")
   wid = register(api)
   assert api.post(f"/v1/workers/{wid}/claim", json={}, headers=WRK).status_code == 204
-  gpu = register(api, "gpu-0", CUDA_FP, CUDA_HASH)
+  gpu = register(api, "gpu-0", CUDA_FP, CUDA_HASH, CUDA_OPTIONS)
   assert claim(api, gpu)["device"] == "CUDA"
   r = api.post("/v1/workers/999/claim", json={}, headers=WRK)
   assert r.status_code == 404 and r.json()["detail"] == "worker 999 not found"
-  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": CUDA_FP, "fingerprint_hash": cpu_fingerprint()[1]}, headers=WRK)
-  assert r.status_code == 422 and "different fingerprint" in r.json()["detail"]
-  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": {"arch": "x"}, "fingerprint_hash": "0" * 64}, headers=WRK)
+  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": CUDA_FP, "fingerprint_hash": cpu_fingerprint()[1],
+                                    "options": CUDA_OPTIONS}, headers=WRK)
+  assert r.status_code == 422 and "is not the fingerprint's hash" in r.json()["detail"]
+  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": {"arch": "x"}, "fingerprint_hash": "0" * 64, "options": {}}, headers=WRK)
   assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "fingerprint", "backend"]
 
 
@@ -290,9 +304,10 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
     wid = register(api)
     claim(api, wid)
     report(api, wid, job)
+    confirm(api, wid, job)
   schema = schemathesis.openapi.from_asgi("/openapi.json", app)
   ops = [r.ok() for r in schema.get_all_operations()]
-  assert len(ops) == 15
+  assert len(ops) == 18
   for op in ops:
     @given(case=op.as_strategy())
     @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -356,3 +371,42 @@ def test_several_api_processes_serve_one_port_and_sum_their_metrics(tmp_path):
     assert 'tunesvc_lookups_total{outcome="miss"} 10.0' in metrics and 'tunesvc_jobs{state="queued"} 0.0' in metrics
   finally: svc.stop()
   assert all(not p.is_alive() for p in svc.apis) and not os.path.exists(svc.metrics_dir)
+
+
+def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_path):
+  """The issue's attack with a stolen worker token: a report for a job never claimed, with verified true, best_s 1e-30 and
+  opts that do not fit the 1-axis kernel; then a plausible forgery under a real lease, which the second measurement refutes."""
+  k, (fp, h) = example("sum_all"), cpu_fingerprint()
+  with make_client(tmp_path, confirm_on_other_worker=True) as api:
+    job, = submit(api, [k])
+    thief, honest = register(api, "thief"), register(api, "honest")
+    lie = {**result_json(k, fp, h), "best_s": 1e-30, "speedup": 2e-3 / 1e-30, "best_opts": [{"op": "UPCAST", "axis": 9, "amt": 7}]}
+    send = lambda wid, j, result: api.post(f"/v1/workers/{wid}/report", json={"job_id": j["job_id"], "result": result}, headers=WRK)
+    r = send(thief, job, lie)
+    assert r.status_code == 409 and "never leased to worker" in r.json()["detail"]
+    assert claim(api, thief)["job_id"] == job["job_id"]
+    r = send(thief, job, lie)
+    assert r.status_code == 422 and "best_s: 1e-30 s is not plausible" in r.json()["detail"]
+    r = send(thief, job, {**lie, "best_s": 1e-3, "speedup": 2.0})
+    assert r.status_code == 422 and "best_opts: UPCAST axis 9" in r.json()["detail"]
+    assert send(thief, job, result_json(k, fp, h, best_s=1e-5)).status_code == 200  # legal opts, a time 100x too good
+    assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404  # unconfirmed: not served
+    assert claim(api, thief) is None  # its own result's confirmation is another worker's
+    c = claim(api, honest)
+    assert c["kind"] == "confirm" and report(api, honest, c, best_s=1e-3).status_code == 200
+    got = api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()
+    assert got["state"] == "failed" and "refuted" in got["error"] and got["result"]["status"] == "refuted"
+    assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404
+    again, = submit(api, [k])  # searched again, honestly this time, and confirmed by the other worker
+    assert claim(api, honest)["job_id"] == again["job_id"] and report(api, honest, again, best_s=1e-3).status_code == 200
+    confirm(api, thief, again, best_s=1.1e-3)
+    served = api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).json()
+    assert served["best_s"] == 1e-3
+    from tunesvc.runtime import compile_kernel
+    compile_kernel(k, "CPU", served["opts"])  # what is served applies: no OptError in any client
+    # the token was stolen: every result the thief made or confirmed goes, and the kernel is searched again
+    assert api.post(f"/v1/admin/workers/{thief}/invalidate", json={"reason": "stolen token"}, headers=WRK).status_code == 403
+    out = api.post(f"/v1/admin/workers/{thief}/invalidate", json={"reason": "stolen token"}, headers=ADM).json()
+    assert len(out["invalidated"]) == 3 and len(out["requeued"]) == 1
+    assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404
+    assert api.get(f"/v1/jobs/{out['requeued'][0]}", headers=SUB).json()["state"] == "queued"

@@ -2,7 +2,7 @@
 local cache (hits without network, misses, offline, cross-process safety, the cost of a hit)."""
 import json, os, socket, subprocess, sys, threading, time
 import pytest
-from search_results import cpu_fingerprint, example, search_result
+from search_results import cpu_fingerprint, cpu_options, example, search_result
 from tunesvc.cache import OptsCache
 from tunesvc.client import Client, ServiceError
 
@@ -11,9 +11,11 @@ def tune(url, k, **kw) -> dict:
   fp, h = cpu_fingerprint()
   with Client(url, "sub") as user, Client(url, "wrk") as worker:
     job, = user.submit([k])
-    wid = worker.register("cpu-0", "CPU", fp, h)
+    wid = worker.register("cpu-0", "CPU", fp, h, cpu_options())
     assert worker.claim(wid)["job_id"] == job["job_id"]
     worker.report(wid, job["job_id"], search_result(k, fp, h, **kw))
+    assert (c := worker.claim(wid))["kind"] == "confirm"  # measured again: then served
+    worker.report(wid, c["job_id"], search_result(k, fp, h, **kw))
     return user.job(job["job_id"])
 
 
@@ -22,7 +24,7 @@ def test_the_user_and_worker_calls(server):
   user, worker = Client(server, "sub"), Client(server, "wrk")
   job, = user.submit([k], "CPU", {"beam": 3})
   assert job["state"] == "queued" and job["settings"]["beam"] == 3 and user.submit([k.to_json()], search={"beam": 3}) == [job]
-  wid = worker.register("cpu-0", "CPU", fp, h)
+  wid = worker.register("cpu-0", "CPU", fp, h, cpu_options())
   c = worker.claim(wid, lease_s=30)
   assert c["kernel"] == k.to_json() and worker.claim(wid) is None
   assert worker.heartbeat(wid, c["job_id"], 60)["lease_expires"] > c["lease_expires"]
@@ -36,6 +38,9 @@ def test_the_user_and_worker_calls(server):
   assert e.value.status == 409 and "it is done" in e.value.detail
   assert user.job(job["job_id"])["result"]["opts"] == r.best_opts
   assert len(user.kernel(k.key)["results"][0]["measurements"]) == len(r.candidates)
+  assert user.lookup(h, [k.key]) == [None]  # not served before a second measurement confirms it
+  worker.report(wid, (c := worker.claim(wid))["job_id"], r)
+  assert c["kind"] == "confirm" and c["settings"]["opts"] == r.best_opts
   assert user.lookup(h, [k.key, "0" * 64])[0]["opts"] == r.best_opts and user.lookup(h, kernels=[k]) == user.lookup(h, [k.key])[:1]
   with pytest.raises(ServiceError) as e: worker.submit([k])
   assert e.value.status == 403
@@ -163,3 +168,15 @@ def test_a_damaged_cache_file_is_a_miss_and_names_are_checked(tmp_path):
   assert json.loads(path.read_text())["opts"] == []
   with pytest.raises(ValueError): cache.get("../../etc/passwd", fp, 1)
   with pytest.raises(ValueError): cache.put({"kernel_key": key, "fingerprint": "../x", "action_space_version": 1, "opts": []})
+
+
+def test_tunesvc_admin_invalidate_stops_serving_a_kernel(server, tmp_path):
+  k, (_, h) = example("softmax_max"), cpu_fingerprint()
+  tune(server, k)
+  assert Client(server).lookup(h, [k.key])[0] is not None
+  cli = [sys.executable, "-m", "tunesvc.cli", "admin", "invalidate", "--kernel", k.key, "--reason", "wrong on this driver", "--server", server]
+  r = subprocess.run(cli + ["--token", "wrk"], capture_output=True, text=True)
+  assert r.returncode == 2 and "403" in r.stderr
+  r = subprocess.run(cli, capture_output=True, text=True, env={**os.environ, "TUNESVC_TOKEN": "adm"})
+  assert r.returncode == 0 and "invalidated results [1, 2]; queued again as jobs [3]" in r.stdout, r.stdout + r.stderr
+  assert Client(server).lookup(h, [k.key])[0] is None

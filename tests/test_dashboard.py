@@ -4,7 +4,7 @@ from pathlib import Path
 import httpx
 import pytest
 from search_results import examples
-from test_api import SUB, WRK, api, claim, register, report, submit  # noqa: F401 (api is a fixture)
+from test_api import SUB, WRK, api, claim, confirm, register, report, submit  # noqa: F401 (api is a fixture)
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package, which `make test` installs; Playwright's own browser downloads are never used
 
@@ -30,15 +30,17 @@ def test_jobs_are_paged_by_state_with_attempts_errors_and_counts(api):
   assert report(api, wid, a).status_code == 200
   api.post(f"/v1/workers/{wid}/report", json={"job_id": b["job_id"], "error": "device lost", "retry": False}, headers=WRK)
   page = api.get("/v1/jobs", headers=SUB).json()
-  assert page["counts"] == {"done": 1, "failed": 1, "running": 1, "queued": 1} and page["next_offset"] is None
-  assert [j["job_id"] for j in page["jobs"]] == [d["job_id"], c["job_id"], b["job_id"], a["job_id"]]  # newest first
+  assert page["counts"] == {"done": 1, "failed": 1, "running": 1, "queued": 2} and page["next_offset"] is None  # a's confirm job waits
+  check = page["jobs"][0]
+  assert check["kind"] == "confirm" and check["kernel_key"] == a["kernel_key"] and check["result"] is None
+  assert [j["job_id"] for j in page["jobs"]] == [check["job_id"], d["job_id"], c["job_id"], b["job_id"], a["job_id"]]  # newest first
   got = {j["job_id"]: j for j in page["jobs"]}
   assert got[a["job_id"]]["result"]["speedup"] == 2.0 and got[a["job_id"]]["kernel_name"] == examples()[0].name
   assert got[b["job_id"]]["state"] == "failed" and got[b["job_id"]]["attempts"] == 1 and "device lost" in got[b["job_id"]]["error"]
   assert got[d["job_id"]]["worker_id"] == wid and got[d["job_id"]]["lease_expires"] is not None and got[c["job_id"]]["worker_id"] is None
-  assert [j["job_id"] for j in api.get("/v1/jobs", params={"state": "queued"}, headers=WRK).json()["jobs"]] == [c["job_id"]]
-  two = api.get("/v1/jobs", params={"limit": 2, "offset": 1}, headers=SUB).json()
-  assert [j["job_id"] for j in two["jobs"]] == [c["job_id"], b["job_id"]] and two["next_offset"] == 3
+  assert [j["job_id"] for j in api.get("/v1/jobs", params={"state": "queued"}, headers=WRK).json()["jobs"]] == [check["job_id"], c["job_id"]]
+  two = api.get("/v1/jobs", params={"limit": 2, "offset": 2}, headers=SUB).json()
+  assert [j["job_id"] for j in two["jobs"]] == [c["job_id"], b["job_id"]] and two["next_offset"] == 4
 
 
 def test_queued_jobs_come_in_claim_order(api):
@@ -80,7 +82,7 @@ def test_a_kernel_carries_its_winning_source(api):
   wid = register(api)
   claim(api, wid)
   report(api, wid, job)
-  res, = api.get(f"/v1/kernels/{job['kernel_key']}", headers=SUB).json()["results"]
+  res, = api.get(f"/v1/kernels/{job['kernel_key']}", headers=SUB).json()["results"]  # its confirmation is still queued
   assert res["best_source"] == "void kernel(float* restrict data0) { }"
 
 
@@ -106,6 +108,7 @@ def test_the_dashboard_in_headless_chromium(server, tmp_path):
     for j, best_s in zip(jobs[:2], (2e-4, 3e-3)):
       claim(http, wid)
       assert report(http, wid, j, best_s=best_s).status_code == 200
+      confirm(http, wid, j, best_s=best_s)
     claim(http, wid)  # the third one is being searched
   errors = []
   with sync_playwright() as p:
@@ -142,8 +145,8 @@ def test_the_dashboard_in_headless_chromium(server, tmp_path):
     expect(page.locator("#workers tbody")).to_contain_text("cpu-test")
     expect(page.locator("#workers tbody")).to_contain_text(ks[2].name)
     page.click("header nav a[href='/queue']")
-    expect(page.locator("#counts")).to_contain_text("done 2")
-    expect(page.locator("#queue tbody tr")).to_have_count(3)
+    expect(page.locator("#counts")).to_contain_text("done 4")  # two searches and their two confirmations
+    expect(page.locator("#queue tbody tr")).to_have_count(5)
     browser.close()
   assert errors == []
   print(f"\ndashboard screenshots: {tmp_path / 'kernels.png'} {shot}")

@@ -5,8 +5,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, func, select, text
 from linearizer.ast import load
-from search_results import CUDA_FP, CUDA_HASH, cpu_fingerprint, example, examples, search_result
-from tunesvc.store import Store, queue, reads
+from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, search_result
+from tunesvc.store import Store, proof, queue, reads
 from tunesvc.store.models import Base, Best, Job, Measurement, Result, Worker
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -40,12 +40,21 @@ def store(request): return request.getfixturevalue(request.param)
 @pytest.fixture
 def cpu_worker(store):
   fp, h = cpu_fingerprint()
-  return queue.register(store, "cpu-0", "CPU", fp, h)
+  return queue.register(store, "cpu-0", "CPU", fp, h, cpu_options())
 
-def report(st, w, job_id, **kw):
+def cpu(st, name: str) -> Worker: return queue.register(st, name, "CPU", *cpu_fingerprint(), cpu_options())
+
+def report(st, w, job_id, confirm=True, **kw):
+  """Report a search of the job as worker w; with `confirm`, a verified one is confirmed by w's measurement of its opts."""
   j, _ = reads.job(st, job_id)
   fp, h = cpu_fingerprint()
-  return queue.report(st, w.id, job_id, search_result(load(reads.kernel(st, j.kernel_key).kernel.document), fp, h, **kw))
+  k = load(reads.kernel(st, j.kernel_key).kernel.document)
+  res, dup = queue.report(st, w.id, job_id, search_result(k, fp, h, **kw))
+  if confirm and res.status == "unconfirmed":
+    c, _ = queue.claim(st, w.id, 60)
+    assert c.kind == "confirm" and c.confirms == res.id
+    queue.report(st, w.id, c.id, search_result(k, fp, h, **kw))
+  return res, dup
 
 def count(st, what, *where) -> int:
   with st.read() as s: return s.scalar(select(func.count()).select_from(what).where(*where))
@@ -75,7 +84,7 @@ def test_claims_follow_the_device_selector_then_priority_then_age(store, cpu_wor
   (exact_cuda, _), = queue.submit(store, [sm], CUDA_HASH, {})
   assert [queue.claim(store, cpu_worker.id, 60)[0].id for _ in range(3)] == [urgent.id, old.id, exact.id]
   assert queue.claim(store, cpu_worker.id, 60) is None
-  gpu = queue.register(store, "gpu-0", "CUDA:0", CUDA_FP, CUDA_HASH)
+  gpu = queue.register(store, "gpu-0", "CUDA:0", CUDA_FP, CUDA_HASH, CUDA_OPTIONS)
   assert {queue.claim(store, gpu.id, 60)[0].id for _ in range(2)} == {cuda.id, exact_cuda.id}
   with pytest.raises(queue.NotFound): queue.claim(store, 999, 60)
 
@@ -96,12 +105,12 @@ def test_a_report_stores_result_measurements_and_best_once(store, cpu_worker):
   res, dup = report(store, cpu_worker, job.id, best_s=2e-3)
   again, dup2 = report(store, cpu_worker, job.id, best_s=1e-3)  # a retried report: the first one stands
   assert (dup, dup2, again.id, again.best_s) == (False, True, res.id, 2e-3)
-  assert count(store, Result) == 1 and count(store, Measurement) == len(res.result["candidates"]) == 6
+  assert count(store, Result) == 2 and count(store, Measurement) == 2 * len(res.result["candidates"]) == 12  # the search and its confirmation
   j, r = reads.job(store, job.id)
   assert j.state == "done" and j.result_id == r.id and j.lease_owner is None and r.result["best_opts"] == r.best_opts
   rows = reads.lookup(store, [job.kernel_key], cpu_worker.fingerprint_hash)
   assert rows[job.kernel_key].best_opts == res.best_opts and rows[job.kernel_key].best_s == 2e-3
-  other = queue.register(store, "cpu-1", "CPU", *cpu_fingerprint())
+  other = cpu(store, "cpu-1")
   with pytest.raises(queue.Conflict, match="already done"): report(store, other, job.id)
   (same, r2), = queue.submit(store, [example("matmul_512")], "CPU", {})  # tuned: answered at once
   assert same.id == job.id and r2.id == res.id
@@ -116,12 +125,12 @@ def test_best_is_replaced_only_by_a_faster_verified_result_per_version(store, cp
   assert reads.lookup(store, [k.key], h, 1)[k.key].best_s == 1e-3
   assert reads.lookup(store, [k.key], h)[k.key].action_space_version == 2  # no version asked: the newest
   assert reads.lookup(store, [k.key], h, 3) == {} and reads.lookup(store, [k.key], CUDA_HASH) == {}
-  assert count(store, Best) == 2 and count(store, Result) == 5
+  assert count(store, Best) == 2 and count(store, Result) == 5 + 4  # four verified results, each confirmed
 
 
 def test_lapsed_leases_requeue_until_attempts_run_out(store, cpu_worker):
   (job, _), = queue.submit(store, [example("sum_all")], "CPU", {}, max_attempts=2)
-  other = queue.register(store, "cpu-1", "CPU", *cpu_fingerprint())
+  other = cpu(store, "cpu-1")
   queue.claim(store, cpu_worker.id, 0.05)
   time.sleep(0.1)
   got, _ = queue.claim(store, other.id, 0.05)  # the claim sweeps the lapsed lease first
@@ -173,14 +182,14 @@ def test_reports_that_contradict_the_job_are_refused(store, cpu_worker):
   fp, h = cpu_fingerprint()
   with pytest.raises(queue.Invalid, match="is for kernel"): queue.report(store, cpu_worker.id, job.id, search_result(example("matmul_512"), fp, h))
   with pytest.raises(queue.Invalid, match="fingerprint"): queue.report(store, cpu_worker.id, job.id, search_result(example("sum_all"), CUDA_FP, CUDA_HASH))
-  with pytest.raises(queue.Invalid, match="different fingerprint"): queue.register(store, "liar", "CPU", CUDA_FP, h)
+  with pytest.raises(queue.Invalid, match="not the fingerprint's hash"): queue.register(store, "liar", "CPU", CUDA_FP, h, cpu_options())
   with pytest.raises(queue.NotFound): queue.report(store, cpu_worker.id, 12345, search_result(example("sum_all"), fp, h))
   assert count(store, Result) == 0 and reads.job(store, job.id)[0].state == "running"
 
 
 def test_any_text_can_be_stored(store):
   fp = {**CUDA_FP, "driver": "550\x00\ud800"}
-  w = queue.register(store, "nul\x00 and a lone \udc80 surrogate", "CUDA:0", fp, CUDA_HASH)
+  w = queue.register(store, "nul\x00 and a lone \udc80 surrogate", "CUDA:0", fp, queue.settings_hash(fp), CUDA_OPTIONS)
   with store.read() as s: assert s.get(Worker, w.id).name == "nul\ufffd and a lone ? surrogate"
 
 
@@ -199,7 +208,7 @@ def test_kernel_listing_filters_and_pages(store, cpu_worker):
 
 def test_a_claim_on_postgresql_skips_a_job_another_transaction_holds(pg_store):
   """FOR UPDATE SKIP LOCKED: a claimer passes over the row another claimer has locked instead of waiting for it."""
-  w = queue.register(pg_store, "cpu-0", "CPU", *cpu_fingerprint())
+  w = cpu(pg_store, "cpu-0")
   (a, _), (b, _) = queue.submit(pg_store, [example("sum_all"), example("matmul_512")], "CPU", {})
   with pg_store.engine.connect() as held:
     held.execute(select(Job.id).where(Job.id == a.id).with_for_update())
@@ -213,12 +222,12 @@ def test_a_claim_on_postgresql_skips_a_job_another_transaction_holds(pg_store):
 
 def racer(url: str, fp: dict, h: str, start, out) -> None:
   st = Store(url)
-  w = queue.register(st, "racer", "CPU", fp, h)
+  w = queue.register(st, "racer", "CPU", fp, h, cpu_options())
   start.wait()
   done, kernels = [], {}
   while (got := queue.claim(st, w.id, 60)) is not None:
     j, k = got
-    r = search_result(kernels.setdefault(k.key, load(k.document)), fp, h, best_s=1e-3 * (1 + j.id % 7))
+    r = search_result(kernels.setdefault(k.key, load(k.document)), fp, h, best_s=1e-3 * (1 + int(k.key, 16) % 7))  # a confirmation agrees
     assert queue.report(st, w.id, j.id, r)[1] is False and queue.report(st, w.id, j.id, r)[1] is True  # a retried report writes nothing
     done.append(j.id)
   out.put(done)
@@ -235,9 +244,103 @@ def test_eight_processes_race_over_200_jobs(store):
   for p in procs: p.start()
   done = [out.get(timeout=120) for _ in procs]
   for p in procs: p.join(10)
-  assert sorted(sum(done, [])) == sorted(jobs)  # every job done, and by one worker only
+  with store.read() as s: confirms = s.scalars(select(Job.id).where(Job.kind == "confirm")).all()
+  assert sorted(sum(done, [])) == sorted(jobs + confirms) and len(confirms) == 200  # every job done, and by one worker only
   assert sum(len(d) > 0 for d in done) >= 2
-  assert reads.jobs_by_state(store) == {"done": 200}
-  assert count(store, Result) == 200 and count(store, Measurement) == 200 * 6
-  with store.read() as s: assert s.scalar(select(func.count(func.distinct(Result.job_id)))) == 200
+  assert reads.jobs_by_state(store) == {"done": 400}
+  assert count(store, Result) == 400 and count(store, Measurement) == 400 * 6
+  with store.read() as s: assert s.scalar(select(func.count(func.distinct(Result.job_id)))) == 400
   assert count(store, Best) == len(ks)
+
+
+def forged(k, **change):
+  """A report as the issue's attacker sent it: verified, with a time no device reaches and opts that do not fit the kernel."""
+  fp, h = cpu_fingerprint()
+  r = search_result(k, fp, h)
+  for name, v in change.items(): setattr(r, name, v)
+  return r
+
+def test_only_the_lease_holder_reports_and_every_report_is_checked(store, cpu_worker):
+  k = example("sum_all")
+  (job, _), = queue.submit(store, [k], "CPU", {})
+  with pytest.raises(queue.Conflict, match="never leased to worker"): queue.report(store, cpu_worker.id, job.id, forged(k))  # not claimed
+  queue.claim(store, cpu_worker.id, 60)
+  queue.release(store, cpu_worker.id, job.id)
+  with pytest.raises(queue.Conflict, match="never leased to worker"): queue.report(store, cpu_worker.id, job.id, forged(k))  # given back
+  queue.claim(store, cpu_worker.id, 60)
+  fp, h = cpu_fingerprint()
+  hand = search_result(k, fp, h).baseline_opts
+  for change, says in [({"best_s": 1e-30}, "best_s: 1e-30 s is not plausible"), ({"baseline_s": 0.0}, "baseline_s: 0.0 s is not plausible"),
+                       ({"best_opts": [{"op": "UPCAST", "axis": 9, "amt": 7}]}, "best_opts:"),
+                       ({"baseline_opts": hand + [{"op": "LOCAL", "axis": 0, "amt": 2}]}, "baseline_opts:"),  # no local dims on the CPU
+                       ({"flops": 1}, "not the kernel's"), ({"speedup": 1e6}, "speedup"), ({"var_vals": {"n": 3}}, "var_vals"),
+                       ({"candidates": []}, "no verified candidate of the search has best_opts")]:
+    with pytest.raises(queue.Invalid, match=says): queue.report(store, cpu_worker.id, job.id, forged(k, **change))
+  assert count(store, Result) == 0 and reads.job(store, job.id)[0].state == "running"
+
+
+def test_registration_checks_the_hash_and_keeps_one_set_of_options(store, cpu_worker):
+  fp, h = cpu_fingerprint()
+  with pytest.raises(queue.Invalid, match="not the fingerprint's hash"): queue.register(store, "x", "CPU", {**fp, "threads": 999}, h, cpu_options())
+  with pytest.raises(queue.Invalid, match="other LinearizerOptions"):
+    queue.register(store, "x", "CPU", fp, h, {**cpu_options(), "has_local": True})  # a worker that would make LOCAL legal here
+  with pytest.raises(queue.Invalid, match="not LinearizerOptions"): queue.register(store, "x", "CPU", fp, h, {"nonsense": 1})
+
+
+def test_a_result_is_served_once_a_second_measurement_confirms_it(store, cpu_worker):
+  k, h = example("matmul_512"), cpu_worker.fingerprint_hash
+  (job, _), = queue.submit(store, [k], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  res, _ = report(store, cpu_worker, job.id, confirm=False)
+  assert res.status == "unconfirmed" and reads.lookup(store, [k.key], h) == {}  # not served yet
+  c, _ = queue.claim(store, cpu_worker.id, 60)  # the embedded default: the same worker measures again
+  assert (c.kind, c.confirms, c.device, c.settings["opts"]) == ("confirm", res.id, h, res.best_opts)
+  fp = cpu_fingerprint()[0]
+  with pytest.raises(queue.Invalid, match="other opts"): queue.report(store, cpu_worker.id, c.id, forged(k, best_opts=[]))
+  queue.report(store, cpu_worker.id, c.id, search_result(k, fp, h, best_s=1.2e-3))  # within the tolerance
+  assert reads.lookup(store, [k.key], h)[k.key].best_s == 1e-3
+  with store.read() as s: assert (s.get(Result, res.id).status, s.get(Result, res.id).confirmed_by) == ("confirmed", reads.job(store, c.id)[1].id)
+
+
+@pytest.mark.parametrize("measured", [dict(best_s=5e-3), dict(verified=False)])
+def test_a_second_measurement_that_disagrees_refutes_the_result_and_fails_its_job(store, cpu_worker, measured):
+  k, (fp, h) = example("matmul_512"), cpu_fingerprint()
+  (job, _), = queue.submit(store, [k], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  res, _ = report(store, cpu_worker, job.id, confirm=False)
+  c, _ = queue.claim(store, cpu_worker.id, 60)
+  queue.report(store, cpu_worker.id, c.id, search_result(k, fp, h, **measured))
+  j, r = reads.job(store, job.id)
+  assert r.status == "refuted" and j.state == "failed" and f"result {res.id} refuted" in j.error and reads.lookup(store, [k.key], h) == {}
+  (again, _), = queue.submit(store, [k], "CPU", {})  # a new request searches again
+  assert again.id != job.id and again.state == "queued"
+
+
+def test_a_fleet_confirms_on_another_worker(store, cpu_worker):
+  k, (fp, h) = example("sum_all"), cpu_fingerprint()
+  (job, _), = queue.submit(store, [k], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  queue.report(store, cpu_worker.id, job.id, search_result(k, fp, h), proof.Proof(confirm_on_other_worker=True))
+  assert queue.claim(store, cpu_worker.id, 60) is None  # its own result's confirmation is not its to make
+  other = cpu(store, "cpu-1")
+  assert queue.claim(store, other.id, 60)[0].kind == "confirm"
+
+
+def test_an_admin_invalidates_a_result_a_kernel_or_a_worker_and_lookups_fall_back(store, cpu_worker):
+  k, h = example("softmax_max"), cpu_worker.fingerprint_hash
+  honest, thief = cpu(store, "honest"), cpu(store, "thief")
+  (slow, _), (fast, _) = [queue.submit(store, [k], "CPU", {"seed": s})[0] for s in (1, 2)]
+  queue.claim(store, honest.id, 60)
+  report(store, honest, slow.id, best_s=2e-3)
+  queue.claim(store, thief.id, 60)
+  bad, _ = report(store, thief, fast.id, best_s=1e-3)
+  assert reads.lookup(store, [k.key], h)[k.key].best_s == 1e-3
+  ids, requeued = queue.invalidate(store, "stolen token", worker_id=thief.id)
+  assert bad.id in ids and reads.lookup(store, [k.key], h)[k.key].best_s == 2e-3  # the honest result stands in
+  j, r = reads.job(store, fast.id)
+  assert j.state == "failed" and "invalidated: stolen token" in j.error and r.status == "invalidated"
+  (retune, _), = [reads.job(store, i) for i in requeued]
+  assert retune.state == "queued" and retune.settings == {"seed": 2} and retune.kernel_key == k.key
+  queue.invalidate(store, "wrong on this driver", kernel_key=k.key)
+  assert reads.lookup(store, [k.key], h) == {}
+  with pytest.raises(queue.NotFound): queue.invalidate(store, "x", result_id=99999)

@@ -254,6 +254,15 @@ def cmd_worker(args) -> int:
   return worker_main(args.server, args.token or os.environ.get("TUNESVC_TOKEN"), args.device, args.lease_s)
 
 
+def cmd_admin_invalidate(args) -> int:
+  from tunesvc.client import Client, ServiceError
+  with Client(args.server, args.token or os.environ.get("TUNESVC_TOKEN")) as c:
+    try: out = c.invalidate(args.reason, result_id=args.result, kernel_key=args.kernel, worker_id=args.worker)
+    except ServiceError as e: _fail(f"ERROR {args.server}: {e}")
+  print(f"invalidated results {out['invalidated'] or '-'}; queued again as jobs {out['requeued'] or '-'}")
+  return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
   p = argparse.ArgumentParser(prog="tunesvc", description="Kernel autotuning service.")
   sub = p.add_subparsers(dest="cmd", required=True)
@@ -310,6 +319,16 @@ def main(argv: Optional[list[str]] = None) -> int:
   w.add_argument("--device", default="CPU")
   w.add_argument("--lease-s", type=float, default=60.0, help="job lease, renewed by heartbeats every quarter of it")
   w.set_defaults(fn=cmd_worker)
+  ap = sub.add_parser("admin", help="an admin's verdicts on the service's results (needs an admin token)").add_subparsers(dest="acmd", required=True)
+  inv = ap.add_parser("invalidate", help="stop serving a result, a kernel's results or every result of a worker; searched again")
+  which = inv.add_mutually_exclusive_group(required=True)
+  which.add_argument("--result", type=int, metavar="ID")
+  which.add_argument("--kernel", metavar="KEY")
+  which.add_argument("--worker", type=int, metavar="ID", help="every result it reported or confirmed (a stolen token, a faulty device)")
+  inv.add_argument("--reason", required=True, help="recorded on each result and job")
+  inv.add_argument("--server", required=True, metavar="URL")
+  inv.add_argument("--token", help="an admin token (default: TUNESVC_TOKEN)")
+  inv.set_defaults(fn=cmd_admin_invalidate)
   args = p.parse_args(argv)
   return args.fn(args)
 

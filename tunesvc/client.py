@@ -62,9 +62,10 @@ class Client:
     return self._call("POST", "/v1/opts/lookup", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()["results"]
 
   # workers
-  def register(self, name: str, device: str, fingerprint: dict, fingerprint_hash: str) -> int:
+  def register(self, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict) -> int:
+    """options: the device's LinearizerOptions JSON, which the service checks reported opts against."""
     return self._call("POST", "/v1/workers", json={"name": name, "device": device, "fingerprint": fingerprint,
-                                                    "fingerprint_hash": fingerprint_hash}).json()["worker_id"]
+                                                    "fingerprint_hash": fingerprint_hash, "options": options}).json()["worker_id"]
 
   def claim(self, worker_id: int, lease_s: float = 60.0, action_space_version: Optional[int] = None) -> Optional[dict]:
     """{"job_id", "kernel_key", "kernel", "settings", "lease_expires", ...}, or None when no job waits for this device
@@ -85,6 +86,12 @@ class Client:
 
   def release(self, worker_id: int, job_id: int) -> dict:
     return self._call("POST", f"/v1/workers/{worker_id}/release", json={"job_id": job_id}).json()
+
+  # admins
+  def invalidate(self, reason: str, result_id: Optional[int] = None, kernel_key: Optional[str] = None, worker_id: Optional[int] = None) -> dict:
+    """Invalidate one result, a kernel's results or a worker's: {"invalidated": [result ids], "requeued": [job ids]}."""
+    (what, ident), = [(w, i) for w, i in (("results", result_id), ("kernels", kernel_key), ("workers", worker_id)) if i is not None]
+    return self._call("POST", f"/v1/admin/{what}/{ident}/invalidate", json={"reason": reason}).json()
 
   # the runtime
   def opts_for(self, kernel: KernelAST | str, fingerprint: str, action_space_version: int,

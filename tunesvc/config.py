@@ -4,6 +4,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
+from tunesvc.store.proof import Proof
 
 ROLES = ("submit", "worker", "admin")  # admin may do everything
 
@@ -28,14 +29,25 @@ class Settings:
   max_attempts: int = 3                # failed attempts (lapsed leases, reported failures) before a job fails
   sweep_s: float = 5.0                 # how often lapsed leases are swept when no claim does it first
   answer_ttl_s: float = 1.0            # an API process keeps a lookup's answer this long (0: never); see api/opts.py
+  # what a report must prove (tunesvc/store/proof.py): plausibility limits and the confirmation's tolerance and independence
+  max_flops_per_s: float = 1e16
+  max_bytes_per_s: float = 2e13
+  confirm_tolerance: float = 0.5
+  confirm_on_other_worker: bool = False  # a fleet with several workers per fingerprint sets it
+
+  def proof(self) -> Proof:
+    return Proof(max_flops_per_s=self.max_flops_per_s, max_bytes_per_s=self.max_bytes_per_s, confirm_tolerance=self.confirm_tolerance,
+                 confirm_on_other_worker=self.confirm_on_other_worker)
 
   @staticmethod
   def from_env(env: Mapping[str, str] = os.environ) -> Settings:
     """TUNESVC_DATABASE_URL, TUNESVC_TOKENS ('tok:role,...'), TUNESVC_TOKENS_FILE, TUNESVC_OPEN_LOOKUPS (0/1),
-    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S."""
+    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S, TUNESVC_CONFIRM_TOLERANCE, TUNESVC_CONFIRM_ON_OTHER_WORKER (0/1)."""
     tokens = parse_tokens(env.get("TUNESVC_TOKENS", ""))
     if path := env.get("TUNESVC_TOKENS_FILE"): tokens |= parse_tokens(Path(path).read_text())
     return Settings(database_url=env.get("TUNESVC_DATABASE_URL") or None, tokens=tokens,
                     open_lookups=env.get("TUNESVC_OPEN_LOOKUPS", "1") != "0",
                     max_body_bytes=int(env.get("TUNESVC_MAX_BODY_BYTES", 8 << 20)), max_attempts=int(env.get("TUNESVC_MAX_ATTEMPTS", 3)),
-                    answer_ttl_s=float(env.get("TUNESVC_ANSWER_TTL_S", 1.0)))
+                    answer_ttl_s=float(env.get("TUNESVC_ANSWER_TTL_S", 1.0)),
+                    confirm_tolerance=float(env.get("TUNESVC_CONFIRM_TOLERANCE", 0.5)),
+                    confirm_on_other_worker=env.get("TUNESVC_CONFIRM_ON_OTHER_WORKER", "0") == "1")

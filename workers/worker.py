@@ -11,13 +11,16 @@ from search.builder import RenderBug
 from search.settings import SearchSettings
 from search.tune import SearchError, SearchStopped, tune
 from tunesvc.client import Client, ServiceError
+from workers.confirm import CONFIRM_KEYS, confirm
 
 log = logging.getLogger("tunesvc.worker")
 
 
 def settings_of(job: dict) -> SearchSettings:
   """The job's search settings; ValueError on a name a job may not set (the machine owns its cores, for one)."""
-  return SearchSettings.from_json(job.get("settings") or {}, job=True)
+  settings = job.get("settings") or {}
+  if job.get("kind") == "confirm": settings = {k: v for k, v in settings.items() if k not in CONFIRM_KEYS}
+  return SearchSettings.from_json(settings, job=True)
 
 
 class Worker:
@@ -27,7 +30,8 @@ class Worker:
     self.dev = registry.get(device)
     fp = self.dev.fingerprint()
     self.fingerprint_hash = self.dev.fingerprint_hash(fp)
-    self.id = client.register(name or f"{socket.gethostname()}:{os.getpid()}:{device}", device, fp, self.fingerprint_hash)
+    self.id = client.register(name or f"{socket.gethostname()}:{os.getpid()}:{device}", device, fp, self.fingerprint_hash,
+                              self.dev.options().to_json())
     self.stopping = stopping or threading.Event()  # set: finish no more jobs, give the current one back
 
   def run(self, max_jobs: Optional[int] = None) -> int:
@@ -66,7 +70,9 @@ class Worker:
     hb = threading.Thread(target=beat, daemon=True)
     hb.start()
     try:
-      result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop)
+      if job.get("kind") == "confirm":
+        result = confirm(load(job["kernel"]), self.device, job["settings"]["opts"], settings, module=self.module, stop=stop)
+      else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop)
       self.client.report(self.id, jid, result)
       log.info("job %s: %s %.3g ms -> %.3g ms", jid, job["kernel_key"][:12], result.baseline_s * 1e3, result.best_s * 1e3)
       return True

@@ -64,6 +64,6 @@ def kernel(key: KeyPath, request: Request):
   k = h.kernel
   return KernelDetail(key=k.key, name=k.name, flops=k.flops, bytes=k.bytes, created=k.created, document=k.document,
                       jobs=[JobOut.of(j, r) for j, r in h.jobs],
-                      results=[ResultOut.of(r, job_id=r.job_id, worker_id=r.worker_id, search_s=r.search_s, created=r.created,
+                      results=[ResultOut.of(r, job_id=r.job_id, search_s=r.search_s, created=r.created,
                                             measurements=[MeasurementOut.model_validate(m) for m in h.measurements.get(j.id, [])])
                                for j, r in h.jobs if r is not None])

@@ -65,14 +65,20 @@ class ResultSummary(BaseModel):
   baseline_s: float
   speedup: float
   verified: bool
+  worker_id: int = Field(description="the worker that reported it")
+  status: str = Field(description="unconfirmed, confirmed (served), refuted, invalidated; unverified and a confirm job's measurement are never served")
+  note: str = Field(description="why it was refuted or invalidated")
 
   @classmethod
   def of(cls, r: Result, **extra) -> ResultSummary:
     return cls(result_id=r.id, fingerprint=r.fingerprint_hash, action_space_version=r.action_space_version, opts=r.best_opts,
-               best_s=r.best_s, baseline_s=r.baseline_s, speedup=r.speedup, verified=r.verified, **extra)
+               best_s=r.best_s, baseline_s=r.baseline_s, speedup=r.speedup, verified=r.verified, worker_id=r.worker_id, status=r.status,
+               note=r.note, **extra)
 
 class JobOut(BaseModel):
   job_id: int
+  kind: str = Field(description="tune, or confirm: a second measurement of the result `confirms`")
+  confirms: Optional[int]
   kernel_key: str
   device: str
   state: State
@@ -88,7 +94,7 @@ class JobOut(BaseModel):
 
   @classmethod
   def of(cls, j: Job, r: Optional[Result], **extra) -> JobOut:
-    return cls(job_id=j.id, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error, attempts=j.attempts,
+    return cls(job_id=j.id, kind=j.kind, confirms=j.confirms, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error, attempts=j.attempts,
                max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created, started=j.started,
                finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
 
@@ -121,14 +127,14 @@ class MeasurementOut(BaseModel):
 
 class ResultOut(ResultSummary):
   job_id: int
-  worker_id: int
   search_s: float
   created: float
   measurements: list[MeasurementOut] = Field(description="every candidate the search measured, failures too")
   best_source: str = Field(description="the winner's rendered source")
+  confirmed_by: Optional[int] = Field(description="the confirm measurement's result")
 
   @classmethod
-  def of(cls, r: Result, **extra) -> ResultOut: return super().of(r, best_source=r.result["best_source"], **extra)
+  def of(cls, r: Result, **extra) -> ResultOut: return super().of(r, best_source=r.result["best_source"], confirmed_by=r.confirmed_by, **extra)
 
 class KernelDetail(KernelSummary):
   document: dict[str, Any]
@@ -194,7 +200,9 @@ class RegisterRequest(Request):
   name: str = Field(min_length=1, max_length=128)
   device: str = Field(min_length=1, max_length=64, description='the worker\'s device, e.g. "CUDA:0"')
   fingerprint: Fingerprint
-  fingerprint_hash: Hash = Field(description="the device module's fingerprint_hash(fingerprint)")
+  fingerprint_hash: Hash = Field(description="the device module's fingerprint_hash(fingerprint): sha256 of its sorted JSON")
+  options: dict[str, Any] = Field(description="the device module's options().to_json(): the LinearizerOptions whose opts its results "
+                                  "may use; the first worker of a fingerprint registers them, every later one must send the same")
 
 class WorkerOut(BaseModel): worker_id: int
 
@@ -204,6 +212,7 @@ class ClaimRequest(Request):
 
 class ClaimOut(BaseModel):
   job_id: int
+  kind: str = Field(description="tune: search; confirm: measure settings.opts again and report them as the best")
   kernel_key: str
   kernel: dict[str, Any]
   device: str
@@ -251,3 +260,11 @@ class ReportOut(BaseModel):
   duplicate: bool = Field(False, description="the same report was stored before; nothing was written")
 
 class ReleaseRequest(Request): job_id: Id
+
+
+class InvalidateRequest(Request):
+  reason: str = Field(min_length=1, max_length=4096, description="recorded on every result and job it affects")
+
+class InvalidateOut(BaseModel):
+  invalidated: list[int] = Field(description="the results invalidated")
+  requeued: list[int] = Field(description="the new tuning jobs")

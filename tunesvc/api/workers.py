@@ -13,7 +13,8 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[role("w
 @router.post("", response_model=WorkerOut, status_code=201)
 def register(body: RegisterRequest, request: Request):
   """A worker per process and device; its fingerprint decides which jobs it may claim."""
-  return WorkerOut(worker_id=queue.register(request.app.state.store, body.name, body.device, body.fingerprint.model_dump(), body.fingerprint_hash).id)
+  w = queue.register(request.app.state.store, body.name, body.device, body.fingerprint.model_dump(), body.fingerprint_hash, body.options)
+  return WorkerOut(worker_id=w.id)
 
 
 @router.post("/{worker_id}/claim", response_model=ClaimOut, responses={204: {"description": "no job for this worker's device"}})
@@ -21,7 +22,7 @@ def claim(worker_id: IdPath, body: ClaimRequest, request: Request):
   """The next job for this worker's fingerprint (selector = its backend or its exact hash), leased for lease_s."""
   if (got := queue.claim(request.app.state.store, worker_id, body.lease_s, body.action_space_version)) is None: return Response(status_code=204)
   j, k = got
-  return ClaimOut(job_id=j.id, kernel_key=j.kernel_key, kernel=k.document, device=j.device, settings=j.settings, attempts=j.attempts,
+  return ClaimOut(job_id=j.id, kind=j.kind, kernel_key=j.kernel_key, kernel=k.document, device=j.device, settings=j.settings, attempts=j.attempts,
                   lease_expires=j.lease_expires)
 
 
@@ -34,12 +35,14 @@ def heartbeat(worker_id: IdPath, body: HeartbeatRequest, request: Request):
 
 @router.post("/{worker_id}/report", response_model=ReportOut, responses={409: {"description": "another worker holds the job, or it ended"}})
 def report(worker_id: IdPath, body: ReportRequest, request: Request):
-  """A finished search (idempotent: a repeat returns the stored result), or why the attempt failed."""
+  """A finished search (idempotent: a repeat returns the stored result), or why the attempt failed. Only the worker holding
+  the lease may report; the result is checked against the kernel and the worker's fingerprint (422 naming what is wrong)
+  and served once a confirm job's measurement agrees."""
   st = request.app.state.store
   if body.result is None:
     j = queue.fail(st, worker_id, body.job_id, body.error, body.retry)
     return ReportOut(job_id=j.id, state=j.state, result_id=None)
-  r, duplicate = queue.report(st, worker_id, body.job_id, body.result)
+  r, duplicate = queue.report(st, worker_id, body.job_id, body.result, request.app.state.settings.proof())
   request.app.state.recent_answers.clear()  # the new best is answered at once, here
   return ReportOut(job_id=r.job_id, state="done", result_id=r.id, duplicate=duplicate)
 

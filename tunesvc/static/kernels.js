@@ -8,7 +8,9 @@ async function load() {
   const p = params(), n = ++latest;
   const page = await api(`/v1/kernels?${new URLSearchParams({...p, limit: LIMIT})}`);
   if (n !== latest) return;
-  const rows = page.kernels.flatMap(k => k.jobs.length ? k.jobs.map(j => [k, j]) : [[k, null]]);
+  // a row per search; a confirm job (a second measurement of a search's result) shows on the kernel's own page
+  const searches = k => k.jobs.filter(j => j.kind !== "confirm");
+  const rows = page.kernels.flatMap(k => searches(k).length ? searches(k).map(j => [k, j]) : [[k, null]]);
   fill(document.querySelector("#kernels tbody"), rows, ([k, j]) => {
     const r = j?.result;
     return [kernelLink(k.key, k.name), el("code", {}, short(k.key)), j?.device ?? "–", r ? el("code", {}, short(r.fingerprint)) : "–",

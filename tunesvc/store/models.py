@@ -7,6 +7,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 STATES = ("queued", "running", "done", "failed")
 NOT_FAILED = "state != 'failed'"  # the jobs that answer a new identical request
+KINDS = ("tune", "confirm")  # a search, or a second measurement of one result's opts (tunesvc/store/proof.py)
+# a result's standing: a verified search's result is unconfirmed until a confirm job's measurement agrees (confirmed: served)
+# or disagrees (refuted); an admin may invalidate any; an unverified search's result and a confirm job's own are never served
+RESULT_STATUSES = ("unconfirmed", "confirmed", "refuted", "invalidated", "unverified", "measurement")
 
 
 class Text(types.TypeDecorator):
@@ -37,6 +41,7 @@ class Fingerprint(Base):
   hash: Mapped[str] = mapped_column(Hash, primary_key=True)
   backend: Mapped[str] = mapped_column(String(32), index=True)
   json: Mapped[dict[str, Any]]
+  options: Mapped[Optional[dict[str, Any]]]  # the LinearizerOptions its workers registered: what opts are legal on it
 
 
 class Worker(Base):
@@ -67,6 +72,10 @@ class Job(Base):
   started: Mapped[Optional[float]]
   finished: Mapped[Optional[float]]
   result_id: Mapped[Optional[int]]    # results.job_id points back; no FK here, so neither table needs the other first
+  kind: Mapped[str] = mapped_column(String(16), default="tune")  # KINDS
+  confirms: Mapped[Optional[int]]     # a confirm job: the result whose opts it measures again
+  avoid_worker: Mapped[Optional[int]]  # a confirm job: the worker that may not claim it (the one that made the result)
+  last_owner: Mapped[Optional[int]]   # the worker whose lease lapsed last: it alone may still report the queued job
   __table_args__ = (
     Index("ix_jobs_claim", "state", "device", "priority"),
     # identical requests share a job: one that is not failed per (kernel, selector, settings)
@@ -91,6 +100,9 @@ class Result(Base):
   search_s: Mapped[float]
   result: Mapped[dict[str, Any]]      # SearchResult.to_json(), candidates included
   created: Mapped[float]
+  status: Mapped[str] = mapped_column(String(16), default="unconfirmed")  # RESULT_STATUSES
+  confirmed_by: Mapped[Optional[int]]  # the confirm job's result that agreed (or disagreed)
+  note: Mapped[str] = mapped_column(default="")  # why it was refuted or invalidated
 
 
 class Measurement(Base):

@@ -7,19 +7,27 @@ each get another job without waiting; on SQLite every write transaction is BEGIN
 Failures: an expired lease or a reported failure costs one attempt and re-queues the job; the last attempt fails it.
 `error` keeps one line per failed attempt. Releasing (a worker shutting down) re-queues without costing an attempt.
 
-Reports: accepted while the job runs under the reporting worker, or while it is queued again after that lease lapsed and
-no one has claimed it since (a finished, verified search is kept, not redone). Refused (Conflict) while another worker
-holds the job, or once it failed. A repeated report of a done job by the worker that reported it returns the stored
-result and writes nothing: one result row and one set of measurements per job.
+Reports: accepted from the current lease holder only -- while the job runs under the reporting worker, or while it is
+queued again after that worker's own lease lapsed and no one has claimed it since (a finished, verified search is kept, not
+redone; `last_owner` names that worker). Refused (Conflict) from any other worker: one that never held the job, or whose
+lease another holds now, or once it failed. A repeated report of a done job by the worker that reported it returns the
+stored result and writes nothing: one result row and one set of measurements per job.
+
+Proof (tunesvc/store/proof.py): every report is checked against the stored kernel and the fingerprint's registered
+LinearizerOptions (Invalid otherwise). A verified result is unconfirmed: its report queues a confirm job (kind
+"confirm", on the exact fingerprint, ahead of searches) whose measurement confirms it -- it becomes the best that
+lookups serve -- or refutes it, failing its job with the reason. An admin invalidates results (one, a kernel's, or a
+worker's and those it confirmed): they leave the best, the next confirmed result takes their place, their jobs fail
+with the reason and a new search of each is queued.
 """
 from __future__ import annotations
 import hashlib, json, time
 from typing import Optional
-from sqlalchemy import or_, select, text
+from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
-from linearizer.ast import KernelAST
+from linearizer.ast import KernelAST, load
 from search.result import SearchResult
-from tunesvc.store import Store
+from tunesvc.store import Store, proof
 from tunesvc.store.models import NOT_FAILED, Best, Fingerprint, Job, Kernel, Measurement, Result, Worker
 
 
@@ -58,26 +66,37 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
   return [jobs[k.key] for k in kernels]
 
 
-def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str) -> Worker:
+def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict) -> Worker:
+  """A worker of this fingerprint (its hash must be the devices' sha256 of its sorted JSON) whose linearizer runs under
+  `options` (LinearizerOptions JSON): the first worker of a fingerprint registers them, every later one must agree."""
   t = time.time()
+  if fingerprint_hash != (h := settings_hash(fingerprint)): raise Invalid(f"fingerprint_hash {fingerprint_hash} is not the fingerprint's hash {h}")
+  try: proof.options_of(options)
+  except proof.Unproven as e: raise Invalid(str(e)) from None
   with st.write() as s:
-    s.execute(st.insert(Fingerprint).values(hash=fingerprint_hash, backend=fingerprint["backend"], json=fingerprint).on_conflict_do_nothing())
-    if s.get(Fingerprint, fingerprint_hash).json != fingerprint:
-      raise Invalid(f"fingerprint {fingerprint_hash} is registered with a different fingerprint")
+    s.execute(st.insert(Fingerprint).values(hash=fingerprint_hash, backend=fingerprint["backend"], json=fingerprint, options=options)
+              .on_conflict_do_nothing())
+    fp = s.get(Fingerprint, fingerprint_hash, with_for_update=True)
+    if fp.json != fingerprint: raise Invalid(f"fingerprint {fingerprint_hash} is registered with a different fingerprint")
+    if fp.options is None: fp.options = options  # registered before options were
+    elif fp.options != options: raise Invalid(f"fingerprint {fingerprint_hash} is registered with other LinearizerOptions: {fp.options}")
     s.add(w := Worker(name=name, device=device, fingerprint_hash=fingerprint_hash, last_heartbeat=t, state="idle"))
   return w
 
 
-def _attempt_failed(job: Job, reason: str, t: float, retry: bool = True) -> None:
+def _attempt_failed(s: Session, job: Job, reason: str, t: float, retry: bool = True, lapsed: bool = False) -> None:
   job.attempts += 1
   job.error += f"attempt {job.attempts}: {reason}\n"
+  job.last_owner = job.lease_owner if lapsed else None  # a lapsed lease's worker may still report its finished search
   job.lease_owner = job.lease_expires = None
   if retry and job.attempts < job.max_attempts: job.state = "queued"
-  else: job.state, job.finished = "failed", t
+  else:
+    job.state, job.finished = "failed", t
+    if job.kind == "confirm": _refute(s, job.confirms, f"its confirm job {job.id} failed: {reason}", t)
 
 def _expire(s: Session, t: float) -> int:
   jobs = s.scalars(select(Job).where(Job.state == "running", Job.lease_expires < t).with_for_update(skip_locked=True)).all()
-  for j in jobs: _attempt_failed(j, f"the lease of worker {j.lease_owner} expired", t)
+  for j in jobs: _attempt_failed(s, j, f"the lease of worker {j.lease_owner} expired", t, lapsed=True)
   return len(jobs)
 
 def expire(st: Store) -> int:
@@ -91,7 +110,8 @@ def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optio
   with st.write() as s:
     _expire(s, t)
     w, fp = _worker(s, worker_id)
-    q = select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)))
+    q = select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)),
+                                                                             or_(Job.avoid_worker.is_(None), Job.avoid_worker != w.id))
     if action_space_version is not None:
       asked = Job.settings["action_space_version"].as_integer()
       q = q.where(or_(asked.is_(None), asked == action_space_version))
@@ -99,7 +119,7 @@ def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optio
     w.last_heartbeat, w.state = t, "idle" if got is None else "busy"
     if got is None: return None
     job, kernel = got
-    job.state, job.lease_owner, job.lease_expires, job.started = "running", w.id, t + lease_s, t
+    job.state, job.lease_owner, job.lease_expires, job.started, job.last_owner = "running", w.id, t + lease_s, t, None
     return job, kernel
 
 
@@ -124,7 +144,7 @@ def release(st: Store, worker_id: int, job_id: int) -> Job:
   """Back to the queue without costing an attempt: the worker is shutting down, the job did nothing wrong."""
   with st.write() as s:
     w, job = _held(s, worker_id, job_id, time.time())
-    job.state, job.lease_owner, job.lease_expires, w.state = "queued", None, None, "idle"
+    job.state, job.lease_owner, job.lease_expires, job.last_owner, w.state = "queued", None, None, None, "idle"
   return job
 
 def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True) -> Job:
@@ -132,40 +152,120 @@ def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True
   t = time.time()
   with st.write() as s:
     w, job = _held(s, worker_id, job_id, t)
-    _attempt_failed(job, f"worker {w.id} ({w.name}): {reason}", t, retry)
+    _attempt_failed(s, job, f"worker {w.id} ({w.name}): {reason}", t, retry)
     w.state = "idle"
   return job
 
 
-def report(st: Store, worker_id: int, job_id: int, r: SearchResult) -> tuple[Result, bool]:
+def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Proof) -> None:
+  """Invalid unless the report fits its job, its worker and the stored kernel (read outside the write: the check costs CPU)."""
+  with st.read() as s:
+    (w, fp), job = _worker(s, worker_id), _get(s, Job, job_id)
+    kernel = s.get(Kernel, job.kernel_key)
+  if r.kernel_key != job.kernel_key: raise Invalid(f"the result is for kernel {r.kernel_key}, job {job_id} tunes {job.kernel_key}")
+  if r.fingerprint_hash != fp.hash or r.fingerprint != fp.json:
+    raise Invalid(f"the result's fingerprint {r.fingerprint_hash} is not worker {w.id}'s {fp.hash}")
+  if fp.options is None: raise Invalid(f"worker {w.id}'s fingerprint has no registered LinearizerOptions: register the worker again")
+  if job.kind == "confirm" and r.best_opts != job.settings["opts"]: raise Invalid(f"confirm job {job_id} measures other opts than these")
+  try: proof.check(load(kernel.document), proof.options_of(fp.options), r, pf)
+  except proof.Unproven as e: raise Invalid(f"job {job_id}: {e}") from None
+
+
+def _may_report(s: Session, job: Job, worker_id: int) -> Optional[Result]:
+  """The stored result where this is a repeat of the worker's own report; Conflict where the worker may not report the job."""
+  if job.state == "done":
+    if (prev := s.get(Result, job.result_id)).worker_id == worker_id: return prev
+    raise Conflict(f"job {job.id} is already done: result {prev.id} from worker {prev.worker_id}")
+  if job.state == "failed": raise Conflict(f"job {job.id} has failed:\n{job.error}")
+  if job.state == "running" and job.lease_owner != worker_id:
+    raise Conflict(f"job {job.id} is held by worker {job.lease_owner}: the lease of worker {worker_id} lapsed and the job was claimed again")
+  if job.state == "queued" and job.last_owner != worker_id:
+    raise Conflict(f"job {job.id} is queued and was never leased to worker {worker_id} (or it gave the job back): claim it first")
+  return None
+
+def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Proof = proof.Proof()) -> tuple[Result, bool]:
   """Store a finished search: (the result row, whether it was stored before by this same report)."""
   t = time.time()
+  with st.read() as s:
+    _worker(s, worker_id)
+    if (prev := _may_report(s, _get(s, Job, job_id), worker_id)) is not None: return prev, True
+  _proven(st, worker_id, job_id, r, pf)
   with st.write() as s:
     (w, fp), job = _worker(s, worker_id), _get(s, Job, job_id, lock=True)
-    if job.state == "done":
-      prev = s.get(Result, job.result_id)
-      if prev.worker_id == w.id: return prev, True
-      raise Conflict(f"job {job_id} is already done: result {prev.id} from worker {prev.worker_id}")
-    if job.state == "failed": raise Conflict(f"job {job_id} has failed:\n{job.error}")
-    if job.state == "running" and job.lease_owner != w.id:
-      raise Conflict(f"job {job_id} is held by worker {job.lease_owner}: the lease of worker {w.id} lapsed and the job was claimed again")
-    if r.kernel_key != job.kernel_key: raise Invalid(f"the result is for kernel {r.kernel_key}, job {job_id} tunes {job.kernel_key}")
-    if r.fingerprint_hash != fp.hash: raise Invalid(f"the result's fingerprint {r.fingerprint_hash} is not worker {w.id}'s {fp.hash}")
+    if (prev := _may_report(s, job, w.id)) is not None: return prev, True
     if job.device not in (fp.backend, fp.hash): raise Invalid(f"job {job_id} is for device {job.device}, worker {w.id} is {fp.backend} {fp.hash}")
+    status = "measurement" if job.kind == "confirm" else "unconfirmed" if r.verified else "unverified"
     s.add(res := Result(job_id=job.id, worker_id=w.id, kernel_key=job.kernel_key, fingerprint_hash=fp.hash,
                         action_space_version=r.action_space_version, best_opts=r.best_opts, best_s=r.best_s, baseline_s=r.baseline_s,
-                        speedup=r.speedup, verified=r.verified, search_s=r.search_s, result=r.to_json(), created=t))
+                        speedup=r.speedup, verified=r.verified, search_s=r.search_s, result=r.to_json(), created=t, status=status, note=""))
     s.flush()
     if r.candidates:
       s.execute(st.insert(Measurement), [dict(job_id=job.id, round=c.round, opts=c.opts, status=c.status, error=c.error,
                                               source_hash=c.source_hash, compile_s=c.compile_s, times=c.times_s, min_s=c.min_s,
                                               verified=c.verified) for c in r.candidates])
-    job.state, job.result_id, job.finished, job.lease_owner, job.lease_expires = "done", res.id, t, None, None
+    job.state, job.result_id, job.finished, job.lease_owner, job.lease_expires, job.last_owner = "done", res.id, t, None, None, None
     w.state, w.last_heartbeat = "idle", t
-    if r.verified:  # only a schedule checked against the reference on this device may be handed out
-      ins = st.insert(Best).values(kernel_key=job.kernel_key, fingerprint_hash=fp.hash, action_space_version=r.action_space_version,
-                                   result_id=res.id, best_s=r.best_s)
-      s.execute(ins.on_conflict_do_update(index_elements=["kernel_key", "fingerprint_hash", "action_space_version"],
-                                          set_=dict(result_id=ins.excluded.result_id, best_s=ins.excluded.best_s),
-                                          where=Best.best_s > ins.excluded.best_s))
+    if job.kind == "confirm": _settle(st, s, job, res, pf, t)
+    elif r.verified:  # only a schedule checked against the reference on this device may be handed out, once measured again
+      settings = {**job.settings, "action_space_version": r.action_space_version, "opts": r.best_opts, "confirms": res.id}
+      s.add(Job(kernel_key=job.kernel_key, device=fp.hash, settings=settings, settings_hash=settings_hash(settings), state="queued",
+                error="", priority=job.priority + 1, attempts=0, max_attempts=job.max_attempts, created=t, kind="confirm",
+                confirms=res.id, avoid_worker=w.id if pf.confirm_on_other_worker else None))
   return res, False
+
+
+def _settle(st: Store, s: Session, job: Job, measured: Result, pf: proof.Proof, t: float) -> None:
+  """A confirm job's measurement decides its result: served (the best, where faster than the standing one) or refuted."""
+  claimed = s.get(Result, job.confirms, with_for_update=True)
+  if claimed.status != "unconfirmed": return  # invalidated meanwhile
+  claimed.confirmed_by = measured.id
+  if not measured.verified: return _refute(s, claimed.id, f"the confirm measurement {measured.id} did not verify", t)
+  if not pf.agrees(claimed.best_s, measured.best_s):
+    return _refute(s, claimed.id, f"the confirm measurement {measured.id} took {measured.best_s:.4g} s, the claim {claimed.best_s:.4g} s", t)
+  claimed.status = "confirmed"
+  _promote(st, s, claimed)
+
+def _promote(st: Store, s: Session, r: Result) -> None:
+  ins = st.insert(Best).values(kernel_key=r.kernel_key, fingerprint_hash=r.fingerprint_hash, action_space_version=r.action_space_version,
+                               result_id=r.id, best_s=r.best_s)
+  s.execute(ins.on_conflict_do_update(index_elements=["kernel_key", "fingerprint_hash", "action_space_version"],
+                                      set_=dict(result_id=ins.excluded.result_id, best_s=ins.excluded.best_s), where=Best.best_s > ins.excluded.best_s))
+
+def _refute(s: Session, result_id: int, why: str, t: float) -> None:
+  r = s.get(Result, result_id, with_for_update=True)
+  if r.status != "unconfirmed": return
+  r.status, r.note = "refuted", why
+  if (job := s.get(Job, r.job_id, with_for_update=True)).state == "done":
+    job.state, job.finished, job.error = "failed", t, job.error + f"result {r.id} refuted: {why}\n"
+
+
+def invalidate(st: Store, reason: str, result_id: Optional[int] = None, kernel_key: Optional[str] = None,
+               worker_id: Optional[int] = None) -> tuple[list[int], list[int]]:
+  """An admin's verdict on one result, every result of a kernel, or every result a worker made or confirmed: they leave the
+  best (the next confirmed result of each stands in), their jobs fail with the reason and each is searched again.
+  (the results invalidated, the new jobs)."""
+  t = time.time()
+  with st.write() as s:
+    q = select(Result).where(Result.status != "invalidated")
+    if result_id is not None: q = q.where(Result.id == result_id)
+    if kernel_key is not None: q = q.where(Result.kernel_key == kernel_key)
+    if worker_id is not None:
+      confirmed = select(Result.id).where(Result.worker_id == worker_id, Result.status == "measurement")
+      q = q.where(or_(Result.worker_id == worker_id, Result.confirmed_by.in_(confirmed)))
+    rows = s.scalars(q.with_for_update()).all()
+    if result_id is not None and not rows and s.get(Result, result_id) is None: raise NotFound(f"result {result_id} not found")
+    ids = [r.id for r in rows]
+    s.execute(delete(Best).where(Best.result_id.in_(ids)))
+    retune: list[tuple[KernelAST, str, dict, int, int]] = []
+    for r in rows:
+      r.status, r.note = "invalidated", f"invalidated: {reason}"
+      job = s.get(Job, r.job_id, with_for_update=True)
+      if job.state == "done" and job.kind == "tune":
+        job.state, job.finished, job.error = "failed", t, job.error + f"result {r.id} invalidated: {reason}\n"
+        retune.append((load(s.get(Kernel, job.kernel_key).document), job.device, job.settings, job.priority, job.max_attempts))
+    s.flush()
+    for key, fp, v in {(r.kernel_key, r.fingerprint_hash, r.action_space_version) for r in rows}:
+      nxt = s.scalars(select(Result).where(Result.kernel_key == key, Result.fingerprint_hash == fp, Result.action_space_version == v,
+                                           Result.status == "confirmed").order_by(Result.best_s).limit(1)).first()
+      if nxt is not None: _promote(st, s, nxt)
+  return ids, [submit(st, [k], device, settings, prio, attempts)[0][0].id for k, device, settings, prio, attempts in retune]

@@ -1,0 +1,64 @@
+"""What a worker's report must prove before the store keeps it, and when a kept result may be served.
+
+A report is checked against what the store knows, never against what the report says about itself: the opts must apply
+to the stored kernel under the LinearizerOptions registered with the worker's fingerprint; its FLOPs, bytes and variable
+values must be the kernel's; every time must be finite, positive and no faster than the plausibility limits (a roofline
+with generous peaks: no device moves data or computes faster); the winner must be a verified candidate of its own search.
+
+A verified result is then only `unconfirmed`: a confirm job measures its opts again on the same fingerprint (with
+`confirm_on_other_worker`, on another worker; the embedded default with one worker re-measures on that worker) and it
+is served once that measurement is verified and its time within `confirm_tolerance` of the claim.
+"""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+from linearizer.ast import KernelAST
+from linearizer.kernel import Kernel, OptError
+from linearizer.options import LinearizerOptions
+from search.result import OK, SearchResult
+
+
+class Unproven(ValueError): pass
+
+
+@dataclass(frozen=True)
+class Proof:
+  max_flops_per_s: float = 1e16     # 10 PFLOP/s: beyond any one device's dense peak
+  max_bytes_per_s: float = 2e13     # 20 TB/s: beyond any one device's memory (or a CPU's summed L1) bandwidth
+  min_kernel_s: float = 1e-8        # no launch, timed by any clock we use, takes less
+  confirm_tolerance: float = 0.5    # the confirmation's time may differ from the claim by this share (of the larger)
+  confirm_on_other_worker: bool = False  # a fleet sets it: a worker never confirms its own result
+
+  def floor_s(self, flops: int, nbytes: int) -> float:
+    return max(self.min_kernel_s, flops / self.max_flops_per_s, nbytes / self.max_bytes_per_s)
+
+  def agrees(self, claimed_s: float, measured_s: float) -> bool:
+    return abs(claimed_s - measured_s) <= self.confirm_tolerance * max(claimed_s, measured_s)
+
+
+def options_of(d: dict) -> LinearizerOptions:
+  try: return LinearizerOptions.from_json(d)
+  except (TypeError, KeyError, ValueError) as e: raise Unproven(f"options: not LinearizerOptions: {type(e).__name__}: {e}") from None
+
+def _legal(k: KernelAST, options: LinearizerOptions, opts: list[dict], where: str) -> None:
+  try: Kernel(k, options).apply_opts(opts)
+  except OptError as e: raise Unproven(f"{where}: {e}") from None
+
+def check(k: KernelAST, options: LinearizerOptions, r: SearchResult, proof: Proof) -> None:
+  """Unproven naming the first thing the report gets wrong about this kernel on this fingerprint."""
+  try: vv = k.var_vals(r.var_vals)
+  except (ValueError, TypeError) as e: raise Unproven(f"var_vals: {e}") from None
+  if vv != r.var_vals: raise Unproven(f"var_vals: {r.var_vals} is not a full assignment of the kernel's variables {list(vv)}")
+  if (r.flops, r.bytes) != (k.flops(vv), k.bytes(vv)):
+    raise Unproven(f"flops, bytes: {r.flops}, {r.bytes} are not the kernel's {k.flops(vv)}, {k.bytes(vv)}")
+  floor = proof.floor_s(r.flops, r.bytes)
+  times = [("best_s", r.best_s), ("baseline_s", r.baseline_s)] + \
+          [(f"candidates[{i}].times_s", t) for i, c in enumerate(r.candidates) if c.status == OK for t in c.times_s]
+  for where, t in times:
+    if not (isinstance(t, (int, float)) and math.isfinite(t) and t >= floor):
+      raise Unproven(f"{where}: {t!r} s is not plausible: this kernel ({r.flops} FLOPs, {r.bytes} bytes) takes at least {floor:.3g} s")
+  if not math.isclose(r.speedup, r.baseline_s / r.best_s, rel_tol=1e-6): raise Unproven(f"speedup: {r.speedup} is not baseline_s / best_s")
+  _legal(k, options, r.best_opts, "best_opts")
+  _legal(k, options, r.baseline_opts, "baseline_opts")
+  if r.verified and not any(c.opts == r.best_opts and c.status == OK and c.verified for c in r.candidates):
+    raise Unproven("verified: no verified candidate of the search has best_opts")

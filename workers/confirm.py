@@ -1,0 +1,57 @@
+"""A confirm job: measure one result's opts again, on this worker's device, against the hand-coded baseline -- the second,
+independent measurement without which the service serves no result (tunesvc/store/proof.py)."""
+from __future__ import annotations
+import importlib, statistics, tempfile, threading, time
+from pathlib import Path
+from typing import Optional
+from devices import registry
+from linearizer import ACTION_SPACE_VERSION
+from linearizer.ast import KernelAST
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel
+from linearizer.lower import lower
+from search.result import OK, Candidate, SearchResult
+from search.runner import Runner, write_case
+from search.settings import SearchSettings
+from search.tune import SearchError, SearchStopped
+
+CONFIRM_KEYS = ("opts", "confirms")  # what a confirm job's settings carry besides its search's
+
+
+def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
+            stop: Optional[threading.Event] = None) -> SearchResult:
+  """The opts and the hand-coded schedule, each verified against the reference, then re-timed interleaved: a SearchResult whose
+  best is `opts` (SearchError where they do not run at all; SearchStopped once `stop` is set)."""
+  start, dev = time.monotonic(), importlib.import_module(module) if module else registry.get(device)
+  vv, kr, options, ms = ast.var_vals(settings.var_vals), ast.rebased(), dev.options(), settings.measure
+  def check_stop() -> None:
+    if stop is not None and stop.is_set(): raise SearchStopped("the confirmation was stopped")
+  hand = Kernel(kr, options)
+  hand_coded_optimizations(hand)
+  cands = [Candidate([o.to_json() for o in hand.applied_opts], ""), Candidate(opts, "", 1)]
+  with tempfile.TemporaryDirectory(prefix="tunesvc-confirm-") as tmp, Runner(dev.__name__) as runner:
+    write_case(Path(tmp), kr, vv, ms.seed)
+    runner.setup(Path(tmp), vv)
+    libs, srcs = [], []
+    for c in cands:
+      srcs.append(dev.render(lower(Kernel(kr, options).apply_opts(c.opts))))
+      libs.append(dev.compile(srcs[-1]))
+      m = runner.measure(libs[-1], "kernel", check=True, timeout_s=ms.seed_timeout_s, min_time_s=ms.min_time_s)
+      c.status, c.times_s, c.error, c.verified = m.status, m.times_s, m.error, m.verified
+      if c.status != OK: raise SearchError(f"opts {c.opts} do not run here: {c.status} {c.error}".strip())
+      check_stop()
+    rounds: list[list[float]] = [[], []]
+    for r in range(settings.final.final_rounds):
+      for i in (r % 2, 1 - r % 2):  # alternating which runs first
+        m = runner.measure(libs[i], "kernel", check=False, timeout_s=max(10.0, 50 * cands[i].min_s), min_time_s=ms.min_time_s / 2, min_runs=1)
+        if m.status == OK: rounds[i].append(min(m.times_s))
+      check_stop()
+  if not all(rounds): raise SearchError("the final re-timing failed")
+  base_s, best_s = statistics.median(rounds[0]), statistics.median(rounds[1])
+  ratios = [b / w for b, w in zip(*rounds)] or [base_s / best_s]
+  fp = dev.fingerprint()
+  return SearchResult(kernel_key=ast.key, kernel_name=ast.name or "", device=device, fingerprint=fp, fingerprint_hash=dev.fingerprint_hash(fp),
+                      action_space_version=ACTION_SPACE_VERSION, settings=settings.to_json(), var_vals=vv, flops=ast.flops(vv),
+                      bytes=ast.bytes(vv), baseline_opts=cands[0].opts, baseline_s=base_s, best_opts=opts, best_s=best_s,
+                      speedup=base_s / best_s, speedup_spread=(min(ratios), max(ratios)), verified=cands[1].verified,
+                      best_source=srcs[1], search_s=time.monotonic() - start, candidates=cands)
