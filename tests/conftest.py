@@ -36,3 +36,23 @@ def server(tmp_path):
   svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/client.db", tokens=TOKENS), port=0, workers=0).start()
   yield svc.url
   svc.stop()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+  """A 256 KiB tmpfs mounted at a fresh directory (a disk that fills in a moment): its path. Mounting needs root, as in CI."""
+  import subprocess
+  path = tmp_path / "tmpfs"
+  path.mkdir()
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)], capture_output=True, text=True)
+  if r.returncode != 0: pytest.skip(f"cannot mount a tmpfs (not root?): {r.stderr.strip()}")
+  yield path
+  subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def fill(path) -> None:
+  """Write to `path` until its file system is full."""
+  with open(f"{path}/filler", "wb", buffering=0) as f:
+    try:
+      while True: f.write(b"\0" * 4096)
+    except OSError: pass

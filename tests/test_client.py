@@ -1,7 +1,11 @@
 """The client library against a real server (uvicorn on a loopback port): the user and worker calls, and opts_for's
 local cache (hits without network, misses, offline, cross-process safety, the cost of a hit)."""
 import json, os, socket, subprocess, sys, threading, time
+from pathlib import Path
 import pytest
+from linearizer import reference
+from linearizer.fuzz import compare
+from tunesvc import runtime
 from search_results import cpu_fingerprint, cpu_options, example, search_result
 from tunesvc.cache import OptsCache
 from tunesvc.client import Client, ServiceError
@@ -180,3 +184,33 @@ def test_tunesvc_admin_invalidate_stops_serving_a_kernel(server, tmp_path):
   r = subprocess.run(cli, capture_output=True, text=True, env={**os.environ, "TUNESVC_TOKEN": "adm"})
   assert r.returncode == 0 and "invalidated results [1, 2]; queued again as jobs [3]" in r.stdout, r.stdout + r.stderr
   assert Client(server).lookup(h, [k.key])[0] is None
+
+
+@pytest.mark.parametrize("damage", ["[1, 2, 3]", "{}", '{"opts": 5}', "another kernel's", "a directory", '{"kernel_key": "x"', "bad opts"])
+def test_a_damaged_cache_entry_is_a_miss_and_never_raises(tmp_path, damage):
+  k, other, (_, h) = example("sum_all"), example("matmul_512"), cpu_fingerprint()
+  cache = OptsCache(tmp_path)
+  path = Path(cache.path(k.key, h, 1))
+  path.parent.mkdir(parents=True)
+  answer = lambda key, opts: {"kernel_key": key, "fingerprint": h, "action_space_version": 1, "opts": opts, "best_s": 1.0, "baseline_s": 2.0}
+  if damage == "a directory": path.mkdir()
+  elif damage == "another kernel's": path.write_text(json.dumps(answer(other.key, [{"op": "UPCAST", "axis": 1, "amt": 4}])))
+  elif damage == "bad opts": path.write_text(json.dumps(answer(k.key, [{"op": "UPCAST", "axis": "x"}])))
+  else: path.write_text(damage)
+  assert cache.get(k.key, h, 1) is None
+  with Client("http://127.0.0.1:9", cache_dir=tmp_path) as offline: assert offline.opts_for(k, h, 1) is None
+  vv = k.var_vals()
+  bufs, want = reference.random_buffers(k, vv, 1), reference.random_buffers(k, vv, 1)
+  reference.run(k, want, vv)
+  with Client("http://127.0.0.1:9", cache_dir=tmp_path) as offline: runtime.run_kernel(k, bufs, client=offline)  # hand-coded opts
+  assert compare(k, bufs, want, vv) is None
+
+
+def test_a_full_cache_disk_keeps_the_servers_answer(server, tmpfs):
+  from conftest import fill
+  k, (_, h) = example("softmax_exp_sum"), cpu_fingerprint()
+  job = tune(server, k)
+  fill(tmpfs)
+  with Client(server, cache_dir=tmpfs / "cache") as c:
+    assert c.opts_for(k, h, 1) == job["result"]["opts"]  # not cached, still answered
+    assert c._down_until == 0.0  # and the server is not marked away

@@ -6,6 +6,7 @@ import json, math, os, re, tempfile, time
 from pathlib import Path
 from typing import Optional
 import platformdirs
+from linearizer.kernel import Opt, OptError
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -21,15 +22,18 @@ class OptsCache:
     return f"{self.root}/v{version}/{fingerprint}/{key}.json"
 
   def get(self, key: str, fingerprint: str, version: int, max_age_s: float = math.inf) -> Optional[dict]:
-    """The stored answer; None where there is none, or it was written more than max_age_s ago."""
+    """The stored answer; None where there is none, it was written more than max_age_s ago, or it is not a well-formed
+    answer for exactly this key (a damaged file, another kernel's answer, a directory in its place: a miss, replaced by
+    the next answer)."""
     path = self.path(key, fingerprint, version)
     try:
       with open(path, "rb") as f:
         if max_age_s < math.inf and time.time() - os.fstat(f.fileno()).st_mtime > max_age_s: return None
-        return json.loads(f.read())
-    except (FileNotFoundError, ValueError): return None  # a damaged file reads as a miss and is replaced by the next answer
+        answer = json.loads(f.read())
+    except (OSError, ValueError): return None
+    return answer if well_formed(answer, key, fingerprint, version) else None
 
-  def put(self, answer: dict) -> None:
+  def put(self, answer: dict) -> None:  # OSError where the disk is full or the path is taken: the caller's to shrug off
     """Store a GET /v1/opts answer under its own key, fingerprint and version."""
     path = self.path(answer["kernel_key"], answer["fingerprint"], answer["action_space_version"])
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -40,3 +44,12 @@ class OptsCache:
     except BaseException:
       os.unlink(tmp)
       raise
+
+
+def well_formed(answer, key: str, fingerprint: str, version: int) -> bool:
+  """An opts answer (GET /v1/opts's form) for exactly this key, fingerprint and version, every opt parseable."""
+  if not (isinstance(answer, dict) and answer.get("kernel_key") == key and answer.get("fingerprint") == fingerprint
+          and answer.get("action_space_version") == version and isinstance(opts := answer.get("opts"), list)): return False
+  try: [Opt.from_json(o) for o in opts]
+  except OptError: return False
+  return True

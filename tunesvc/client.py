@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 import httpx
 from linearizer.ast import KernelAST
-from tunesvc.cache import OptsCache
+from tunesvc.cache import OptsCache, well_formed
 
 log = logging.getLogger("tunesvc.client")
 RETRY_S = 30.0  # after a miss or an unreachable server, opts_for answers None for this long without asking again
@@ -110,14 +110,15 @@ class Client:
     if now < self._down_until or now < self._ask_after.get(q, 0.0): return stale
     try:
       answer = self.lookup(fingerprint, [key], action_space_version=action_space_version, timeout=self.lookup_timeout)[0]
-      if answer is not None:
-        if (answer["kernel_key"], answer["fingerprint"], answer["action_space_version"]) != q: raise ValueError(f"answered {answer}")
-        self.cache.put(answer)
+      if answer is not None and not well_formed(answer, *q): raise ValueError(f"answered {str(answer)[:200]}")
     except Exception as e:  # whatever the network or the server does, the kernel runs: with the hand-coded opts
       log.warning("tunesvc at %s: %s; running %s opts for %.0fs", self.http.base_url, e, "hand-coded" if stale is None else "cached", RETRY_S)
       self._down_until = now + RETRY_S
       return stale
-    if answer is not None: return answer["opts"]
+    if answer is not None:
+      try: self.cache.put(answer)
+      except OSError as e: log.warning("cannot cache the answer for kernel %s (%s): using it uncached", key, e)  # a full disk
+      return answer["opts"]
     self._ask_after[q] = now + RETRY_S
     if stale is None and submit and isinstance(kernel, KernelAST):
       try: self.submit([kernel], fingerprint, {"action_space_version": action_space_version}, timeout=self.lookup_timeout)

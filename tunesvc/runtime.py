@@ -1,15 +1,17 @@
 """Run a kernel on a device: its tuned opts (asked of the service through the client's local cache) or the hand-coded
 ones, linearize, render, compile (cached on disk), run."""
 from __future__ import annotations
-import functools, os
+import functools, logging, os
 from typing import Mapping, Optional, Sequence
 import numpy as np
 from devices import registry
 from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST
 from linearizer.heuristic import hand_coded_optimizations
-from linearizer.kernel import Kernel, Opt
+from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.lower import lower
+
+log = logging.getLogger("tunesvc.runtime")
 
 
 @functools.cache
@@ -42,5 +44,25 @@ def run_kernel(kernel: KernelAST, buffers: Sequence[np.ndarray], device: str = "
   """Compute `kernel` into buffers[0]. `opts` None: the tuned ones from `client` (default: TUNESVC_URL's) or, where
   there are none, the hand-coded schedule (and with `submit` the kernel is queued for tuning on this device)."""
   vv = kernel.var_vals(var_vals)
-  _, prog, _ = compile_kernel(kernel, device, opts if opts is not None else opts_for(kernel, device, client, submit))
+  check_buffers(kernel, buffers, vv)
+  if opts is None and (tuned := opts_for(kernel, device, client, submit)) is not None:
+    try: _, prog, _ = compile_kernel(kernel, device, tuned)
+    except OptError as e:  # the service's answer does not fit here (a damaged or foreign answer): it must not stop the caller
+      log.warning("tuned opts of kernel %s do not apply (%s): running the hand-coded ones", kernel.key[:12], e)
+      _, prog, _ = compile_kernel(kernel, device)
+  else: _, prog, _ = compile_kernel(kernel, device, opts)
   prog(*buffers, var_vals=[vv[v.name] for v in kernel.vars])
+
+
+def check_buffers(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Mapping[str, int]) -> None:
+  """ValueError unless there is one C-contiguous numpy array per buffer, of its dtype and at least the elements it reaches
+  (the compiled kernel reads and writes raw memory: a short or mistyped buffer would corrupt the caller's process)."""
+  if not isinstance(buffers, (list, tuple)) or len(buffers) != len(kernel.buffers):
+    raise ValueError(f"kernel {kernel.name or kernel.key[:12]} takes {len(kernel.buffers)} buffers (output first), "
+                     f"got {len(buffers) if isinstance(buffers, (list, tuple)) else type(buffers).__name__}")
+  for i, (b, info, need) in enumerate(zip(buffers, kernel.buffers, kernel.buffer_sizes(var_vals))):
+    if not isinstance(b, np.ndarray): raise ValueError(f"buffers[{i}]: a numpy array, not {type(b).__name__}")
+    if b.dtype != info.dtype.np: raise ValueError(f"buffers[{i}]: dtype {b.dtype}, the kernel's buf{info.buf} is {info.dtype.name}")
+    if not b.flags.c_contiguous: raise ValueError(f"buffers[{i}]: not C-contiguous (np.ascontiguousarray makes a copy that is)")
+    if b.size < need: raise ValueError(f"buffers[{i}]: {b.size:,} elements, the kernel reaches {need:,}")
+    if i == 0 and not b.flags.writeable: raise ValueError("buffers[0]: the output is read-only")
