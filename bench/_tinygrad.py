@@ -4,6 +4,7 @@ interleave tinygrad's runs with its own (A B C D A B C D ...):
 
   {"cmd": "setup", "name": N, "inputs": [npy paths], "out": npy path}  build, compile, warm up, write the output
     optional: "plan": a kernel as movement and ALU ops on flat inputs (see from_plan), instead of the named twin;
+              "twin": {"fn": F, "kw": {...}}, TWINS[F](*inputs, **kw) instead of the named twin;
               "beam": N, compile with tinygrad's BEAM search of width N ("compile_s" is then the search's wall time)
   {"cmd": "time"}                                                         one timed run: {"t": seconds}
   {"cmd": "quit"}
@@ -60,6 +61,18 @@ EXPRS = {
   "conv2d_3x3_pad": lambda x, w: x.conv2d(w, padding=1),
 }
 
+# the ops a tinygrad user would write for bench/cpu_vs_torch.py's kernels (bench/_torch.py has torch's)
+TWINS = {
+  "matmul": lambda a, b, transpose_b=False: a @ (b.transpose(-1, -2) if transpose_b else b),
+  "conv2d": lambda x, w, stride=1, padding=0, groups=1: x.conv2d(w, stride=stride, padding=padding, groups=groups),
+  "softmax": lambda x: x.softmax(-1),
+  "layernorm": lambda x, g, b, eps: x.layernorm(eps=eps) * g + b,
+  "gelu": Tensor.gelu,  # tinygrad's is the tanh approximation
+  "silu": Tensor.silu,
+  "sum": lambda x, axis: x.sum(axis=axis),
+  "mul_add": lambda a, b, c: a * b + c,
+}
+
 # a plan's ALU ops (the tunesvc.kernel/1 names) as Tensor methods
 ALU = {"NEG": Tensor.neg, "EXP2": Tensor.exp2, "LOG2": Tensor.log2, "SIN": Tensor.sin, "SQRT": Tensor.sqrt, "RECIP": Tensor.reciprocal,
        "ADD": Tensor.add, "SUB": Tensor.sub, "MUL": Tensor.mul, "DIV": Tensor.div, "MAX": Tensor.maximum,
@@ -86,10 +99,10 @@ def from_plan(plan: list[dict], xs: list[Tensor]) -> Tensor:
 class Bench:
   timers: list = []
 
-  def setup(self, name: str, inputs: list[str], out: str, plan: list[dict] | None = None, beam: int = 0) -> dict:
+  def setup(self, name: str, inputs: list[str], out: str, plan: list[dict] | None = None, beam: int = 0, twin: dict | None = None) -> dict:
     self.timers = []
     xs = [Tensor(np.load(p)).realize() for p in inputs]  # on the device now: no copies in the schedule below
-    y = from_plan(plan, xs) if plan is not None else EXPRS[name](*xs)
+    y = from_plan(plan, xs) if plan is not None else TWINS[twin["fn"]](*xs, **twin.get("kw", {})) if twin is not None else EXPRS[name](*xs)
     linear, var_vals = y.linear_with_vars()
     st = time.perf_counter()
     linear = compile_linear(linear, beam=beam)  # the default heuristics (beam 0) or the BEAM search pick the opts here
@@ -122,7 +135,7 @@ def main() -> None:
   for line in sys.stdin:
     req = json.loads(line)
     try:
-      if req["cmd"] == "setup": reply(**b.setup(req["name"], req["inputs"], req["out"], req.get("plan"), req.get("beam", 0)))
+      if req["cmd"] == "setup": reply(**b.setup(req["name"], req["inputs"], req["out"], req.get("plan"), req.get("beam", 0), req.get("twin")))
       elif req["cmd"] == "time": reply(t=b.run())
       elif req["cmd"] == "quit": reply(bye=True); return
       else: reply(error=f"unknown cmd {req['cmd']!r}")

@@ -89,34 +89,30 @@ SPECS = {
 
 # ---------------------------------------------------------------- tinygrad, in its own venv
 
-def ensure_tinygrad() -> tuple[Optional[Path], str]:
-  """(the venv's python, "") with tinygrad==TINYGRAD_PIN installed, or (None, why not)."""
-  py = TG_VENV / "bin" / "python"
-  probe = [str(py), "-c", "import importlib.metadata as m, numpy; print(m.version('tinygrad'))"]
-  if py.exists() and subprocess.run(probe, capture_output=True, text=True).stdout.strip() == TINYGRAD_PIN: return py, ""
-  print(f"installing tinygrad=={TINYGRAD_PIN} into {os.path.relpath(TG_VENV, ROOT)} ...", file=sys.stderr)
-  for cmd in ([sys.executable, "-m", "venv", "--clear", str(TG_VENV)],
-              [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"tinygrad=={TINYGRAD_PIN}", "numpy>=2,<2.5"]):
+def ensure_venv(venv: Path, pkg: str, pin: str, *more: str) -> tuple[Optional[Path], str]:
+  """(the venv's python, "") with pkg==pin (and `more` requirements) installed by pip, or (None, why not)."""
+  py = venv / "bin" / "python"
+  probe = [str(py), "-c", f"import importlib.metadata as m, numpy; print(m.version({pkg!r}).split(\"+\")[0])"]
+  if py.exists() and subprocess.run(probe, capture_output=True, text=True).stdout.strip() == pin: return py, ""
+  print(f"installing {pkg}=={pin} into {os.path.relpath(venv, ROOT)} ...", file=sys.stderr)
+  for cmd in ([sys.executable, "-m", "venv", "--clear", str(venv)],
+              [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{pkg}=={pin}", "numpy>=2,<2.5", *more]):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0: return None, f"`{shlex.join(cmd[:4])} ...` failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}"
   return py, ""
 
-class Tinygrad:
-  """The helper child: one JSON request, one JSON reply; its stderr goes to a file, shown when it dies. `env`: more
-  tinygrad settings (a BEAM search's limits). Its own process group: killing that ends tinygrad's compile workers too."""
-  def __init__(self, py: Path, dev: str, tmp: Path, env: Optional[dict[str, str]] = None):
-    env = {**{k: v for k, v in os.environ.items() if k not in ("DEBUG", "BEAM", "NOOPT", "JIT")}, **(env or {})}
-    # default heuristics, compiled now: no BEAM (a request may ask for one), no kernel/compile caches (CACHELEVEL=0),
-    # a private cache db anyway
-    env.update(DEV=dev, BEAM="0", CACHELEVEL="0", IGNORE_BEAM_CACHE="1", CACHEDB=str(tmp / "tinygrad-cache.db"))
-    self.errpath = tmp / "tinygrad.stderr"
-    self.proc = subprocess.Popen([str(py), str(TG_HELPER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+class Child:
+  """A helper script run by another venv's python: one JSON request, one JSON reply; its stderr goes to a file, shown
+  when it dies. Its own process group: killing that ends its workers too."""
+  def __init__(self, py: Path, script: Path, env: dict[str, str], tmp: Path):
+    self.errpath = tmp / f"{script.stem}.stderr"
+    self.proc = subprocess.Popen([str(py), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=self.errpath.open("w"), text=True, env=env, cwd=tmp, start_new_session=True)
     self.info = self._read()
 
   def _read(self) -> dict:
     line = self.proc.stdout.readline()
-    if not line: raise RuntimeError("tinygrad helper died: " + " | ".join(self.errpath.read_text().strip().splitlines()[-3:]))
+    if not line: raise RuntimeError(f"{self.errpath.stem} helper died: " + " | ".join(self.errpath.read_text().strip().splitlines()[-3:]))
     return json.loads(line)
 
   def ask(self, **req) -> dict:
@@ -130,9 +126,18 @@ class Tinygrad:
     except Exception: pass
     self.proc.wait(timeout=30)
 
+class Tinygrad(Child):
+  """bench/_tinygrad.py. `env`: more tinygrad settings (a BEAM search's limits)."""
+  def __init__(self, py: Path, dev: str, tmp: Path, env: Optional[dict[str, str]] = None):
+    env = {**{k: v for k, v in os.environ.items() if k not in ("DEBUG", "BEAM", "NOOPT", "JIT")}, **(env or {})}
+    # default heuristics, compiled now: no BEAM (a request may ask for one), no kernel/compile caches (CACHELEVEL=0),
+    # a private cache db anyway
+    env.update(DEV=dev, BEAM="0", CACHELEVEL="0", IGNORE_BEAM_CACHE="1", CACHEDB=str(tmp / "tinygrad-cache.db"))
+    super().__init__(py, TG_HELPER, env, tmp)
+
 def start_tinygrad(dev: str, tmp: Path, env: Optional[dict[str, str]] = None) -> tuple[Optional[Tinygrad], str]:
   """(the helper child on DEV=dev, "") or (None, why not): tinygrad installed on first use, clang too where needed."""
-  py, why = ensure_tinygrad()
+  py, why = ensure_venv(TG_VENV, "tinygrad", TINYGRAD_PIN)
   if py is None: return None, why
   if dev == "CPU" and shutil.which("clang") is None and shutil.which("apt-get"):
     # tinygrad's CPU renderer compiles with clang: install it as this script installs tinygrad, not by hand

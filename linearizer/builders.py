@@ -215,6 +215,24 @@ def layernorm_norm(rows: int = 4096, cols: int = 1024, eps: float = 1e-5, dtype:
   y = alu("MUL", alu("MUL", alu("SUB", x, _row("mean", rows, cols, dtype)), rstd), ld("gamma", broadcast((cols,), shape), dtype))
   return kernel(alu("ADD", y, ld("beta", broadcast((cols,), shape), dtype)), name)
 
+# ---------------------------------------------------------------- activations: x * sigmoid(a * f(x)), one kernel each
+
+def _x_sigmoid(x: LazyOp, arg: LazyOp, shape: Shape, dtype: DType) -> LazyOp:
+  """x * sigmoid(arg) as x / (1 + exp2(-arg * log2(e))): no cancellation where sigmoid is small."""
+  e = alu("EXP2", alu("MUL", arg, const(-LOG2E, shape, dtype)))
+  return alu("DIV", x, alu("ADD", const(1.0, shape, dtype), e))
+
+def silu(shape: Shape = (2048, 3072), dtype: DType = float32, name: Optional[str] = None) -> KernelAST:
+  """x * sigmoid(x)."""
+  return elementwise(shape, [shape], lambda x: _x_sigmoid(x, x, shape, dtype), dtype, name)
+
+def gelu(shape: Shape = (2048, 3072), dtype: DType = float32, name: Optional[str] = None) -> KernelAST:
+  """GELU's tanh approximation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), as x * sigmoid(2 sqrt(2/pi)(x + 0.044715x^3))."""
+  def expr(x: LazyOp) -> LazyOp:
+    inner = alu("ADD", x, alu("MUL", alu("MUL", alu("MUL", x, x), x), const(0.044715, shape, dtype)))
+    return _x_sigmoid(x, alu("MUL", inner, const(2 * math.sqrt(2 / math.pi), shape, dtype)), shape, dtype)
+  return elementwise(shape, [shape], expr, dtype, name)
+
 # ---------------------------------------------------------------- symbolic shapes
 
 def symbolic_sum(rows: int = 32, var: tuple[str, int, int] = ("start_pos", 1, 4096), fn: str = "SUM", dtype: DType = float32,

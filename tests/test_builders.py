@@ -213,6 +213,14 @@ def test_layernorm_three_kernels_match_numpy():
   x64 = x.astype(np.float64)
   close(y, (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + eps) * gamma + beta, cols)
 
+# ---------------------------------------------------------------- activations
+
+def test_silu_and_gelu_match_their_definitions():
+  x = np.concatenate([rand((5, 8)) * 4, [[-100.0, -20.0, 0.0, 1e-3, -1e-3, 20.0, 100.0, 3.0]]]).astype(np.float32)
+  x64 = x.astype(np.float64)
+  close(execute(B.silu(x.shape), x), x64 / (1 + np.exp(-x64)))
+  close(execute(B.gelu(x.shape), x), 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3))))
+
 # ---------------------------------------------------------------- symbolic shapes
 
 @pytest.mark.parametrize("start_pos", [1, 6, 33])
