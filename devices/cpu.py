@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 import numpy.typing as npt
 from linearizer import CODEGEN_VERSION
+from linearizer.cachedir import cache_dir
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import render_c as render  # noqa: F401  (the device interface's renderer)
 
@@ -30,7 +31,6 @@ MAX_ERR = 4096  # chars of compiler stderr kept in a CompileError
 class CompileError(RuntimeError): pass
 
 
-def cache_dir() -> Path: return Path(os.environ.get("TUNESVC_CACHE_DIR") or Path.home() / ".cache" / "tunesvc" / "compile")
 def _cc() -> str: return os.environ.get("TUNESVC_CC") or "cc"  # a name on PATH or a path, e.g. clang
 def available() -> bool: return shutil.which(_cc()) is not None
 
@@ -61,7 +61,7 @@ def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 6
   cc = _cc()
   path, real, version = _compiler(cc)
   key = hashlib.sha256(json.dumps([src, real, version, list(flags), _target(cc, flags)]).encode()).hexdigest()
-  out = cache_dir() / f"{key}.so"
+  out = cache_dir("compile") / f"{key}.so"
   if out.is_file(): return out.read_bytes()
   out.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=out.parent)

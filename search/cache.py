@@ -3,14 +3,14 @@
 A different fingerprint or action-space version is a miss, so a result is never reused where it was not measured.
 WAL mode and a busy timeout let several processes share the file."""
 from __future__ import annotations
-import json, os, sqlite3
+import json, sqlite3
 from pathlib import Path
 from typing import Optional
+from linearizer.cachedir import cache_dir
 from search.result import SearchResult
 
 
-def default_path() -> Path:
-  return Path(os.environ.get("TUNESVC_CACHE_DIR") or Path.home() / ".cache" / "tunesvc") / "results.sqlite"
+def default_path() -> Path: return cache_dir("results.sqlite")
 
 
 class ResultCache:

@@ -25,6 +25,14 @@ def corpus(corpus_lines):
   return [loads(line) for line in corpus_lines]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_cache_dir(tmp_path_factory):
+  """Every test process (each pytest-xdist worker has its own base temp dir) keeps compiles, search results and the runtime's
+  answers in a cache dir of its own, set before any test runs and inherited by the processes tests start: never the user's,
+  so no test reads a result another run left."""
+  os.environ["TUNESVC_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "cache")
+
+
 TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}  # the tokens the `server` fixture knows, by role
 
 

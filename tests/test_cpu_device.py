@@ -12,7 +12,7 @@ DOUBLE = "void k(float* restrict out, const float* a, int n){ for(int i=0;i<n;i+
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
   monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path / "cache"))
-  return tmp_path / "cache"
+  return tmp_path / "cache" / "compile"
 
 def prog(src: str, name: str = "k", flags=cpu.DEFAULT_FLAGS) -> Program: return Program(cpu.compile(src, flags), name)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json, math, os, re, tempfile, time
 from pathlib import Path
 from typing import Optional
-import platformdirs
+from linearizer.cachedir import cache_dir
 from linearizer.kernel import Opt, OptError
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -13,7 +13,7 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 
 class OptsCache:
   def __init__(self, root: str | Path | None = None):
-    self.root = str(Path(root) if root is not None else Path(platformdirs.user_cache_dir("tunesvc")) / "opts")
+    self.root = str(Path(root) if root is not None else cache_dir("opts"))
 
   def path(self, key: str, fingerprint: str, version: int) -> str:
     # names come from callers and from the server: only hashes and an int may become a path
