@@ -67,7 +67,7 @@ def test_reads_need_a_token_like_the_other_reads(api, url):
 
 
 def test_the_pages_and_their_files_are_served_without_a_token(api):
-  for url in ["/", "/workers", "/queue", f"/kernels/{'0' * 64}"]:
+  for url in ["/", "/models", "/workers", "/queue", f"/kernels/{'0' * 64}"]:
     r = api.get(url)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), url
     assert "default-src 'self'" in r.headers["content-security-policy"]
@@ -144,6 +144,8 @@ def test_the_dashboard_in_headless_chromium(server, tmp_path):
     page.click("header nav a[href='/workers']")
     expect(page.locator("#workers tbody")).to_contain_text("cpu-test")
     expect(page.locator("#workers tbody")).to_contain_text(ks[2].name)
+    page.click("header nav a[href='/models']")
+    expect(page.locator("#models tbody")).to_contain_text("no models")
     page.click("header nav a[href='/queue']")
     expect(page.locator("#counts")).to_contain_text("done 4")  # two searches and their two confirmations
     expect(page.locator("#queue tbody tr")).to_have_count(5)

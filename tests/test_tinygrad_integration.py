@@ -1,7 +1,7 @@
 """tinygrad 0.8.0 programs with their kernels compiled by tunesvc (tunesvc.integrations.tinygrad) give tinygrad's own
 results, TinyJit and symbolic shapes included; a kernel tunesvc cannot take runs tinygrad's code, counted; a slice of
 tinygrad's own op tests has the same outcomes with and without tunesvc."""
-import os, subprocess, sys, time
+import json, os, subprocess, sys, time
 import numpy as np
 import pytest
 
@@ -128,3 +128,27 @@ def test_end_to_end_a_served_model_is_tuned_then_every_kernel_served_tuned(tmp_p
   finally:
     tsvc.disable()
     svc.stop()
+
+
+def test_capture_a_model_then_submit_it_grouped_by_model(tmp_path, server):
+  """`tunesvc capture` writes each distinct kernel once with its runs; `tunesvc tune model.jsonl --server` submits them as
+  the model's; the API and the dashboard group them by model with their states."""
+  import httpx
+  script = tmp_path / "mlp.py"
+  script.write_text("import numpy as np\nfrom tinygrad import Tensor\nrng = np.random.default_rng(0)\n"
+                    "x, w = (Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((4, 16), (16, 8)))\n"
+                    "for _ in range(3): (x @ w).relu().softmax().numpy()\n")
+  out, env = tmp_path / "mlp.jsonl", {**os.environ, "PYTHONPATH": ROOT, "CLANG": "1"}
+  subprocess.run([sys.executable, "-m", "tunesvc.cli", "capture", str(script), "--out", str(out)], env=env, check=True, capture_output=True)
+  lines = [json.loads(x) for x in out.read_text().splitlines()]
+  assert len(lines) >= 2 and {x["model"] for x in lines} == {"mlp"} and all(x["runs"] == 3 for x in lines)
+  assert len({json.dumps(x["kernel"], sort_keys=True) for x in lines}) == len(lines)  # deduplicated by kernel
+  r = subprocess.run([sys.executable, "-m", "tunesvc.cli", "tune", str(out), "--server", server, "--token", "sub", "--no-wait"],
+                     env=env, check=True, capture_output=True, text=True)
+  assert f"mlp: 0/{len(lines)} done, 0 running, {len(lines)} queued, 0 failed" in r.stdout
+  m = httpx.get(f"{server}/v1/models/mlp", headers={"Authorization": "Bearer sub"}).json()
+  assert m["kernels"] == len(lines) and m["runs"] == 3 * len(lines) and m["states"] == {"queued": len(lines)}
+  assert httpx.get(f"{server}/v1/models", headers={"Authorization": "Bearer sub"}).json()["models"][0]["model"] == "mlp"
+  assert httpx.get(f"{server}/models").status_code == 200
+  bad = httpx.post(f"{server}/v1/kernels", json={"kernels": [lines[0]["kernel"]], "runs": [1]}, headers={"Authorization": "Bearer sub"})
+  assert bad.status_code == 422 and "runs needs a model" in bad.text

@@ -210,6 +210,61 @@ def cmd_tune(args) -> int:
   return 0 if ok else 1
 
 
+# --- a tinygrad model: capture its kernels, and tune them on a service with progress over the model
+
+def cmd_capture(args) -> int:
+  from tunesvc.integrations.tinygrad import capture, stats
+  prog = args.program
+  if len(prog) >= 2 and prog[-2] == "--out": args.out, prog = prog[-1], prog[:-2]  # the form `capture SCRIPT.py ARGS --out FILE`
+  if not prog or not args.out: _fail("usage: tunesvc capture [--model NAME] --out model.jsonl SCRIPT.py [ARGS]")
+  model = args.model or os.path.splitext(os.path.basename(prog[1] if prog[0] == "-m" else prog[0]))[0]
+  lines = capture(prog, model)
+  with open(args.out, "w", encoding="utf-8") as f: f.writelines(json.dumps(line) + "\n" for line in lines)
+  s = stats()
+  print(f"{len(lines)} distinct kernels of {model} ({sum(x['runs'] for x in lines)} runs) -> {args.out}" +
+        (f"; {s['fallback']} kernels tunesvc cannot take (not captured): {s['fallback_reasons']}" if s["fallback"] else ""), file=sys.stderr)
+  return 0
+
+def _model_files(paths: list[str]) -> Iterator[tuple[Optional[str], dict, int]]:
+  """(model or None, document, runs) per line of model files (`tunesvc capture`'s) or per kernel document."""
+  for path in paths:
+    for label, text in read_documents(path):
+      try: doc = json.loads(text)
+      except ValueError as e: _fail(f"ERROR {label}: not JSON: {e}")
+      if isinstance(doc, dict) and "kernel" in doc: yield doc.get("model"), doc["kernel"], int(doc.get("runs", 1))
+      else: yield None, doc, 1
+
+def cmd_tune_remote(args) -> int:
+  """Submit every kernel to the service, grouped by model, and follow the jobs: done / running / queued / failed, ETA."""
+  from tunesvc.client import Client, ServiceError
+  settings = {"beam": args.beam, "budget_s": args.budget_s, **({"budget_candidates": args.budget_candidates} if args.budget_candidates else {})}
+  groups: dict[Optional[str], list[tuple[dict, int]]] = {}
+  for model, doc, runs in _model_files(args.files): groups.setdefault(model, []).append((doc, runs))
+  jobs: dict[int, str] = {}  # job id -> state
+  with Client(args.server, args.token or os.environ.get("TUNESVC_TOKEN")) as c:
+    try:
+      for model, items in groups.items():
+        for i in range(0, len(items), 1000):  # the API takes 1,000 kernels a request
+          chunk = items[i:i + 1000]
+          got = c.submit([d for d, _ in chunk], args.device, settings, model=model, runs=[r for _, r in chunk] if model else None)
+          jobs.update({j["job_id"]: j["state"] for j in got})
+    except ServiceError as e: _fail(f"ERROR {args.server}: {e}")
+    names = ", ".join(m or "(kernels)" for m in groups)
+    start, last = time.monotonic(), 0.0
+    while True:
+      counts = {s: sum(v == s for v in jobs.values()) for s in ("done", "running", "queued", "failed")}
+      finished, elapsed = counts["done"] + counts["failed"], time.monotonic() - start
+      left = len(jobs) - finished
+      eta = f", about {left * elapsed / finished:.0f} s left" if finished and left and elapsed > 1 else ""
+      if not left or args.no_wait or time.monotonic() - last >= 10:
+        print(f"{names}: {counts['done']}/{len(jobs)} done, {counts['running']} running, {counts['queued']} queued, {counts['failed']} failed{eta}", flush=True)
+        last = time.monotonic()
+      if not left or args.no_wait: return 1 if counts["failed"] else 0
+      time.sleep(2)
+      for jid, state in jobs.items():
+        if state in ("queued", "running"): jobs[jid] = c.job(jid)["state"]
+
+
 def _service_settings(args):
   from tunesvc.config import Settings
   settings = Settings.from_env()
@@ -295,7 +350,15 @@ def main(argv: Optional[list[str]] = None) -> int:
   t.add_argument("--seed", type=int, default=0, help="seed of the input data")
   t.add_argument("--json", action="store_true", help="one JSON object per kernel")
   t.add_argument("--no-cache", action="store_true", help="search even where a cached result exists (and replace it)")
-  t.set_defaults(fn=cmd_tune)
+  t.add_argument("--server", metavar="URL", help="submit to this service instead (model files from `tunesvc capture` too) and follow the jobs")
+  t.add_argument("--token", help="with --server: a submit token (default: TUNESVC_TOKEN)")
+  t.add_argument("--no-wait", action="store_true", help="with --server: submit, print the counts, and exit")
+  t.set_defaults(fn=lambda a: (cmd_tune_remote if a.server else cmd_tune)(a))
+  cp = sub.add_parser("capture", help="run a tinygrad program with its kernels through tunesvc and write each distinct kernel with its run count")
+  cp.add_argument("--out", help="the model file (JSON lines: model, runs, kernel)")
+  cp.add_argument("--model", help="the model's name (default: the script's)")
+  cp.add_argument("program", nargs=argparse.REMAINDER, help="SCRIPT.py [ARGS] or -m MODULE [ARGS]; --out FILE may also come last")
+  cp.set_defaults(fn=cmd_capture)
   sv = sub.add_parser("serve", help="the HTTP API and dashboard, with local workers (SQLite under the user's data dir unless --db)")
   sv.add_argument("--host", default="127.0.0.1")
   sv.add_argument("--port", type=int, default=8000)

@@ -46,9 +46,11 @@ class Client:
 
   # users
   def submit(self, kernels: Sequence[KernelAST | dict], device: str = "CPU", search: Optional[dict] = None, priority: int = 0,
-             timeout: Optional[float] = None) -> list[dict]:
-    """A job per kernel: [{"kernel_key", "job_id", "state", "result", ...}]."""
-    body = {"kernels": [_doc(k) for k in kernels], "device": device, "search": search or {}, "priority": priority}
+             timeout: Optional[float] = None, model: Optional[str] = None, runs: Optional[Sequence[int]] = None) -> list[dict]:
+    """A job per kernel: [{"kernel_key", "job_id", "state", "result", ...}]; with `model`, recorded as its kernels (with
+    each one's `runs`)."""
+    body = {"kernels": [_doc(k) for k in kernels], "device": device, "search": search or {}, "priority": priority,
+            **({"model": model, "runs": None if runs is None else list(runs)} if model else {})}
     return self._call("POST", "/v1/kernels", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()["jobs"]
 
   def job(self, job_id: int) -> dict: return self._call("GET", f"/v1/jobs/{job_id}").json()

@@ -31,5 +31,8 @@ def kernel_page(key: KeyPath): return page("kernel", f"kernel {key[:12]}")
 @router.get("/workers")
 def workers_page(): return page("workers", "workers")
 
+@router.get("/models")
+def models_page(): return page("models", "models")
+
 @router.get("/queue")
 def queue_page(): return page("queue", "queue")

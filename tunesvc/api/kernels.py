@@ -33,8 +33,10 @@ def submit(body: SubmitRequest, request: Request):
   kernels = load_all(body.kernels, "kernels")
   settings = body.search.model_dump()
   if settings["action_space_version"] is None: del settings["action_space_version"]  # settings (and their hash) as before it existed
+  if body.runs is not None and (body.model is None or len(body.runs) != len(kernels) or min(body.runs) < 1):
+    raise HTTPException(422, "runs needs a model and one count of at least 1 per kernel")
   jobs = queue.submit(request.app.state.store, kernels, body.device, settings, body.priority,
-                      request.app.state.settings.max_attempts)
+                      request.app.state.settings.max_attempts, body.model, body.runs)
   return SubmitResponse(jobs=[JobOut.of(j, r) for j, r in jobs])
 
 

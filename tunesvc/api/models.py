@@ -54,6 +54,8 @@ class SubmitRequest(Request):
   device: Device = "CPU"
   search: SearchSettings = SearchSettings()
   priority: int = Field(0, ge=-1000, le=1000, description="higher is claimed first")
+  model: Optional[str] = Field(None, min_length=1, max_length=128, description="record the kernels as this model's (the dashboard groups them)")
+  runs: Optional[list[int]] = Field(None, max_length=1000, description="with model: how often each kernel runs per inference")
 
 
 class ResultSummary(BaseModel):
@@ -99,6 +101,22 @@ class JobOut(BaseModel):
                finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
 
 class SubmitResponse(BaseModel): jobs: list[JobOut]
+
+
+class ModelKernelOut(BaseModel):
+  key: str
+  name: Optional[str]
+  runs: int
+  state: str = Field(description="done, running, queued or failed (the best of its jobs), or none")
+
+class ModelOut(BaseModel):
+  model: str
+  kernels: int
+  runs: int = Field(description="kernel runs per inference")
+  states: dict[str, int] = Field(description="kernels per state")
+  detail: Optional[list[ModelKernelOut]] = None
+
+class ModelPage(BaseModel): models: list[ModelOut]
 
 
 class KernelSummary(BaseModel):

@@ -2,7 +2,7 @@
 // Data from the API only ever becomes text (textContent), never markup.
 "use strict";
 const TOKEN = "tunesvc.token";
-const PAGES = [["/", "kernels"], ["/workers", "workers"], ["/queue", "queue"]];
+const PAGES = [["/", "kernels"], ["/models", "models"], ["/workers", "workers"], ["/queue", "queue"]];
 
 function el(tag, attrs = {}, ...kids) {
   const e = document.createElement(tag);

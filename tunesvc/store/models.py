@@ -36,6 +36,14 @@ class Kernel(Base):
   created: Mapped[float]
 
 
+class ModelKernel(Base):
+  """A kernel of a model (a program whose kernels were captured and submitted together), with its runs per inference."""
+  __tablename__ = "model_kernels"
+  model: Mapped[str] = mapped_column(primary_key=True)
+  kernel_key: Mapped[str] = mapped_column(ForeignKey("kernels.key"), primary_key=True)
+  runs: Mapped[int]
+
+
 class Fingerprint(Base):
   __tablename__ = "fingerprints"
   hash: Mapped[str] = mapped_column(Hash, primary_key=True)

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST, load
 from search.result import SearchResult
 from tunesvc.store import Store, proof
-from tunesvc.store.models import NOT_FAILED, Best, Fingerprint, Job, Kernel, Measurement, Result, Worker
+from tunesvc.store.models import NOT_FAILED, Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
 
 
 class NotFound(LookupError): pass
@@ -49,9 +49,10 @@ def _worker(s: Session, worker_id: int) -> tuple[Worker, Fingerprint]:
 
 
 def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, priority: int = 0,
-           max_attempts: int = 3) -> list[tuple[Job, Optional[Result]]]:
+           max_attempts: int = 3, model: Optional[str] = None, runs: Optional[list[int]] = None) -> list[tuple[Job, Optional[Result]]]:
   """A job per kernel, with its result: a kernel that has a queued, running or done job for (device, settings) gets that
-  job, so identical pending requests share one and a tuned kernel is answered at once."""
+  job, so identical pending requests share one and a tuned kernel is answered at once. With `model`, the kernels are
+  recorded as that model's, with their `runs` (1 each where not given; a later submission's count replaces it)."""
   t, sh = time.time(), settings_hash(settings)
   unique = {k.key: k for k in kernels}
   with st.write() as s:
@@ -61,6 +62,11 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
     s.execute(st.insert(Job).on_conflict_do_nothing(index_elements=["kernel_key", "device", "settings_hash"], index_where=text(NOT_FAILED)),
               [dict(kernel_key=key, device=device, settings=settings, settings_hash=sh, state="queued", error="", priority=priority,
                     attempts=0, max_attempts=max_attempts, created=t) for key in unique])
+    if model is not None:
+      counts = dict(zip((k.key for k in kernels), runs or [1] * len(kernels)))
+      ins = st.insert(ModelKernel)
+      s.execute(ins.on_conflict_do_update(index_elements=["model", "kernel_key"], set_={"runs": ins.excluded.runs}),
+                [dict(model=model, kernel_key=key, runs=n) for key, n in counts.items()])
     jobs = {j.kernel_key: (j, r) for j, r in s.execute(select(Job, Result).outerjoin(Result, Result.id == Job.result_id).where(
       Job.kernel_key.in_(unique), Job.device == device, Job.settings_hash == sh, Job.state != "failed"))}
   return [jobs[k.key] for k in kernels]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 from sqlalchemy import Row, bindparam, exists, func, select
 from tunesvc.store import Store
-from tunesvc.store.models import Best, Job, Kernel, Measurement, Result, Worker
+from tunesvc.store.models import Best, Job, Kernel, Measurement, ModelKernel, Result, Worker
 
 
 def job(st: Store, job_id: int) -> tuple[Job, Optional[Result]] | None:
@@ -88,3 +88,17 @@ def jobs(st: Store, state: Optional[str] = None, limit: int = 50, offset: int = 
   q = q.order_by(Job.priority.desc(), Job.id) if state == "queued" else q.order_by(Job.id.desc())
   with st.read() as s: rows = s.execute(q.limit(limit + 1).offset(offset)).all()
   return [tuple(r) for r in rows[:limit]], len(rows) > limit
+
+
+def model_kernels(st: Store, model: Optional[str] = None) -> dict[str, list[tuple[Kernel, int, list[str]]]]:
+  """model -> its kernels, each with its runs and the states of its jobs (oldest first); one model or every one."""
+  q = select(ModelKernel, Kernel).join(Kernel, Kernel.key == ModelKernel.kernel_key).order_by(ModelKernel.model, ModelKernel.runs.desc(), Kernel.key)
+  if model is not None: q = q.where(ModelKernel.model == model)
+  with st.read() as s:
+    rows = s.execute(q).all()
+    states: dict[str, list[str]] = {}
+    for key, state in s.execute(select(Job.kernel_key, Job.state).where(Job.kernel_key.in_({k.key for _, k in rows})).order_by(Job.id)):
+      states.setdefault(key, []).append(state)
+  out: dict[str, list] = {}
+  for mk, k in rows: out.setdefault(mk.model, []).append((k, mk.runs, states.get(k.key, [])))
+  return out

@@ -10,7 +10,8 @@ cannot say, or that fails to convert or compile, runs tinygrad's own code instea
 
 `python -m tunesvc.integrations.tinygrad SCRIPT.py ARGS` runs an unmodified script so; see __main__.py and site/."""
 from __future__ import annotations
-import collections, functools, json, os, sys
+import collections, functools, json, os, runpy, sys
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Optional
 import numpy as np
@@ -145,3 +146,25 @@ def enable_from_env() -> None:
       else:
         with open(out, "w") as f: f.write(text + "\n")
     atexit.register(write)
+
+
+def run_program(argv: list[str]) -> None:
+  """Run `SCRIPT.py ARGS` (or `-m MODULE ARGS`) here as `python` would, as __main__; a SystemExit(0) or None is its success."""
+  if argv[0] == "-m":
+    sys.argv = argv[1:]
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+  else:
+    sys.argv = argv
+    sys.path[0] = str(Path(argv[0]).resolve().parent)  # as `python SCRIPT.py` would have it
+    runpy.run_path(argv[0], run_name="__main__")
+
+def capture(argv: list[str], model: str) -> list[dict]:
+  """Run a tinygrad program with every kernel through tunesvc (hand-coded opts, no service) and return each distinct
+  kernel it ran, by key, as a model-file line: {"model", "runs", "kernel": the document}, most-run first."""
+  os.environ.pop("TUNESVC_URL", None)
+  enable()
+  try: run_program(argv)
+  except SystemExit as e:
+    if e.code not in (None, 0): raise
+  finally: disable()
+  return [{"model": model, "runs": runs, "kernel": k.to_json()} for k, runs in sorted(kernels(), key=lambda kr: -kr[1])]
