@@ -1,7 +1,7 @@
 """The `tunesvc` command line."""
 from __future__ import annotations
-import argparse, dataclasses, gzip, hashlib, json, os, statistics, sys, time
-from typing import Iterator, NoReturn, Optional
+import argparse, contextlib, dataclasses, gzip, hashlib, importlib.metadata, json, os, statistics, sys, time
+from typing import Callable, Iterator, NoReturn, Optional
 import numpy as np
 from devices import registry
 from linearizer.ast import KernelAST, KernelValidationError, LazyOp, loads
@@ -164,9 +164,43 @@ def rate(flops: int, nbytes: int, seconds: float) -> str:
 
 def opts_text(opts: list[dict]) -> str: return " ".join(f"{o['op']}{'' if o['axis'] is None else o['axis']}:{o['amt']}" for o in opts) or "-"
 
-def cmd_tune(args) -> int:
+def print_table(table) -> None:
+  """A rich table on stdout that never loses a cell: on a terminal the opts column folds onto more lines; piped (where rich
+  would assume 80 columns and cut), every row is as wide as it needs."""
   from rich.console import Console
-  from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+  for c in table.columns:
+    if c.header == "opts": c.overflow = "fold"
+  out = Console()
+  (out if out.is_terminal else Console(width=100_000)).print(table)
+
+class TuneProgress:
+  """The live line of `tune` on stderr: rich's spinner on a terminal; elsewhere (a log, a pipe) a plain line when a kernel
+  starts and at most every LOG_EVERY_S while it is searched."""
+  LOG_EVERY_S = 5.0
+
+  def __init__(self):
+    from rich.console import Console
+    self.err = Console(stderr=True)
+
+  @contextlib.contextmanager
+  def kernel(self, name: str, settings) -> Iterator[Callable[[int, Optional[float]], None]]:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    t0, last = time.monotonic(), [0.0]
+    what = lambda n, best: f"{name}: {n} candidates, best {'-' if best is None else f'{best * 1e3:.3f} ms'}"
+    if self.err.is_terminal:
+      with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=self.err, transient=True) as bar:
+        task = bar.add_task(f"{name}: computing the reference output, compiling the first candidates")
+        yield lambda n, best: bar.update(task, description=what(n, best))
+      return
+    budget = "" if settings.budget_s is None else f", at most {settings.budget_s:g} s"
+    print(f"tuning {name}: beam {settings.beam}{budget}", file=sys.stderr, flush=True)
+    def log(n: int, best: Optional[float]) -> None:
+      if (now := time.monotonic()) - last[0] >= self.LOG_EVERY_S:
+        last[0] = now
+        print(f"  {what(n, best)}, {now - t0:.0f} s", file=sys.stderr, flush=True)
+    yield log
+
+def cmd_tune(args) -> int:
   from rich.table import Table
   from linearizer import ACTION_SPACE_VERSION
   from search.cache import ResultCache
@@ -178,7 +212,7 @@ def cmd_tune(args) -> int:
   settings = SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, "seed": args.seed})
   fp_hash = dev.fingerprint_hash(dev.fingerprint())
   cache = ResultCache()
-  err = Console(stderr=True)
+  progress = TuneProgress()
   table = Table("kernel", "baseline", "best", "rate", "speedup", "candidates", "failed", "search", "opts", title=f"tuned on {args.device}")
   ok = True
   for path in args.files:
@@ -187,10 +221,7 @@ def cmd_tune(args) -> int:
       r = None if args.no_cache else cache.get(k.key, fp_hash, ACTION_SPACE_VERSION)
       cached = r is not None
       if r is None:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True,
-                      disable=args.json or not err.is_terminal) as bar:
-          task = bar.add_task(f"{name}: reference")
-          show = lambda n, best: bar.update(task, description=f"{name}: {n} candidates, best {'-' if best is None else f'{best * 1e3:.3f} ms'}")
+        with progress.kernel(name, settings) as show:
           try: r = tune(k, args.device, settings, progress=show)
           except (SearchError, RenderBug) as e:
             ok = False
@@ -206,7 +237,7 @@ def cmd_tune(args) -> int:
         lo, hi = r.speedup_spread
         table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", rate(r.flops, r.bytes, r.best_s), f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f})",
                       str(len(r.candidates)), str(r.failed), "cached" if cached else f"{r.search_s:.1f} s", opts_text(r.best_opts))
-  if not args.json: Console().print(table)
+  if not args.json: print_table(table)
   return 0 if ok else 1
 
 
@@ -282,13 +313,41 @@ def cmd_serve(args) -> int:
   svc.stop()
   return 0
 
+def demo(url: str, token: Optional[str], budget_s: float) -> int:
+  """Submit the example kernels, wait for their jobs, print a table; 0 if every one was tuned."""
+  from rich.console import Console
+  from rich.progress import Progress
+  from rich.table import Table
+  from linearizer.builders import examples
+  from tunesvc.client import Client
+  kernels = examples()
+  with Client(url, token) as c, Progress(console=Console(stderr=True), transient=True) as bar:
+    jobs = c.submit(list(kernels.values()), "CPU", {"budget_s": budget_s})
+    task = bar.add_task(f"tuning {len(jobs)} example kernels", total=len(jobs))
+    while True:
+      states = [c.job(j["job_id"]) for j in jobs]
+      bar.update(task, completed=sum(j["state"] in ("done", "failed") for j in states))
+      if all(j["state"] in ("done", "failed") for j in states): break
+      time.sleep(1)
+  table = Table("kernel", "state", "baseline", "best", "speedup", "rate", "opts", title="tunesvc demo: the example kernels on CPU")
+  for (name, k), j in zip(kernels.items(), states):
+    r = j["result"]
+    if r is None:
+      table.add_row(name, j["state"], "", "", "", "", j["error"][:60])
+      continue
+    table.add_row(name, j["state"], f"{r['baseline_s'] * 1e3:.3f} ms", f"{r['best_s'] * 1e3:.3f} ms", f"{r['speedup']:.2f}x",
+                  rate(k.flops(), k.bytes(), r["best_s"]), opts_text(r["opts"]))
+  print_table(table)
+  print(f"dashboard: {url}/   API docs: {url}/docs")
+  return 0 if all(j["state"] == "done" for j in states) else 1
+
 def cmd_demo(args) -> int:
-  from tunesvc.serve import Service, demo
+  from tunesvc.serve import Service
   settings = _service_settings(args)
   svc = Service(settings, "127.0.0.1", args.port, 1, devices=["CPU"]).start()
   token = next((t for t, role in settings.tokens.items() if role in ("submit", "admin")), None)
   try:
-    rc = demo(svc, token, args.budget_s)
+    rc = demo(svc.url, token, args.budget_s)
     if not args.exit:
       print("serving until Ctrl-C", flush=True)
       svc.wait_for_signal()
@@ -300,12 +359,14 @@ def cmd_devices(args) -> int:
   for d in devs:
     if args.json: print(json.dumps(d))
     else:
-      print(f"{' '.join([d['device'], *d['aliases']])}  fingerprint {d['fingerprint_hash'][:16]}" +
+      print(f"{' '.join([d['device'], *d['aliases']])}  fingerprint {d['fingerprint_hash']}" +
             "".join(f"\n  {k}: {v}" for k, v in d["fingerprint"].items() if k != "backend"))
   return 0 if devs else 1
 
 def cmd_worker(args) -> int:
   from workers.worker import main as worker_main
+  try: registry.get(args.device)  # a device this machine lacks stays lacking: say so once instead of retrying forever
+  except ValueError as e: _fail(f"ERROR --device: {e}")
   return worker_main(args.server, args.token or os.environ.get("TUNESVC_TOKEN"), args.device, args.lease_s)
 
 
@@ -318,21 +379,156 @@ def cmd_admin_invalidate(args) -> int:
   return 0
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+# ---- the service from the command line: kernels, opts, submit, jobs (a server by --server, default TUNESVC_URL) ----
+def _is_hash(s: str) -> bool: return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+
+@contextlib.contextmanager
+def _service(args):
+  """A client of args.server; an unreachable server or an error answer ends the command with one clear line."""
+  import httpx
+  from tunesvc.client import Client, ServiceError
+  try:
+    with Client(args.server, args.token) as c: yield c
+  except httpx.HTTPError as e: _fail(f"ERROR {args.server}: {type(e).__name__}: {e} (is `tunesvc serve` running there? --server URL or TUNESVC_URL)")
+  except ServiceError as e: _fail(f"ERROR {args.server}: {e}" + (" (--token or TUNESVC_TOKEN)" if e.status in (401, 403) else ""))
+
+def _result_cells(r: Optional[dict]) -> list[str]:
+  """best, speedup, opts of a result (a job's or a lookup's answer)."""
+  if r is None: return ["", "", ""]
+  return [f"{r['best_s'] * 1e3:.3f} ms", f"{r['baseline_s'] / r['best_s']:.2f}x", opts_text(r["opts"])]
+
+def cmd_kernels(args) -> int:
+  from rich.table import Table
+  with _service(args) as c: page = c.kernels(args.name, args.device, args.state, args.limit, args.offset)
+  if args.json:
+    for k in page["kernels"]: print(json.dumps(k))
+  else:
+    table = Table("kernel", "key", "device", "state", "best", "speedup", "opts", title=f"kernels on {args.server}")
+    for k in page["kernels"]:
+      for j in k["jobs"] or [None]:
+        table.add_row(k["name"] or "-", k["key"], *([j["device"], j["state"]] if j else ["", ""]), *_result_cells(j and j["result"]))
+    print_table(table)
+  if page["next_offset"] is not None: print(f"more: --offset {page['next_offset']}", file=sys.stderr)
+  return 0
+
+def cmd_jobs(args) -> int:
+  from rich.table import Table
+  with _service(args) as c: page = c.jobs(args.state, args.limit, args.offset)
+  if args.json:
+    for j in page["jobs"]: print(json.dumps(j))
+  else:
+    table = Table("job", "kernel", "device", "state", "attempts", "best", "speedup", "opts",
+                  title=f"jobs on {args.server}: " + ", ".join(f"{n} {s}" for s, n in sorted(page["counts"].items())))
+    for j in page["jobs"]:
+      best, speedup, opts = _result_cells(j["result"])
+      table.add_row(str(j["job_id"]), j["kernel_name"] or j["kernel_key"], j["device"], j["state"], f"{j['attempts']}/{j['max_attempts']}",
+                    best, speedup, opts if j["result"] else j["error"].splitlines()[-1] if j["error"] else "")
+    print_table(table)
+  if page["next_offset"] is not None: print(f"more: --offset {page['next_offset']}", file=sys.stderr)
+  return 0
+
+def cmd_submit(args) -> int:
+  kernels = [k for path in args.files for k in _load_file(path)]
+  search = {k: v for k, v in {"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates}.items() if v is not None}
+  with _service(args) as c: jobs = c.submit(kernels, args.device, search, args.priority)
+  for k, j in zip(kernels, jobs):
+    print(json.dumps(j) if args.json else f"job {j['job_id']} {j['state']} {k.name or '-'} {j['kernel_key']}")
+  return 0
+
+def cmd_opts(args) -> int:
+  from linearizer import ACTION_SPACE_VERSION
+  named: list[tuple[str, str]] = []  # (name, kernel key)
+  for item in args.kernels:
+    if _is_hash(item): named.append(("-", item))
+    elif os.path.exists(item): named += [(k.name or item, k.key) for k in _load_file(item)]
+    else: _fail(f"ERROR {item}: neither a file nor a kernel key (64 hex digits)")
+  if args.fingerprint is not None:
+    if not _is_hash(args.fingerprint): _fail("ERROR --fingerprint: the 64-hex-digit hash `tunesvc devices` prints")
+    fp = args.fingerprint
+  else:
+    try: dev = registry.get(args.device)
+    except ValueError as e: _fail(f"ERROR --device: {e}")
+    fp = dev.fingerprint_hash(dev.fingerprint())
+  if args.server is None:  # the local cache that `tunesvc tune` fills
+    from search.cache import ResultCache
+    cache = ResultCache()
+    answers = [None if (r := cache.get(key, fp, ACTION_SPACE_VERSION)) is None else
+               {"opts": r.best_opts, "best_s": r.best_s, "baseline_s": r.baseline_s} for _, key in named]
+    source = f"the local cache ({cache.path})"
+  else:
+    with _service(args) as c: answers = c.lookup(fp, [key for _, key in named], action_space_version=ACTION_SPACE_VERSION)
+    source = args.server
+  for (name, key), a in zip(named, answers):
+    if args.json: print(json.dumps({"kernel_name": name, "kernel_key": key, "fingerprint": fp, "action_space_version": ACTION_SPACE_VERSION,
+                                    "opts": a and a["opts"], "best_s": a and a["best_s"], "baseline_s": a and a["baseline_s"]}))
+    elif a is None: print(f"{name} {key}: not tuned for fingerprint {fp} in {source} (the hand-coded opts run)")
+    else:
+      best, speedup, opts = _result_cells(a)
+      print(f"{name} {key}: {best} ({speedup} the hand-coded)  opts {json.dumps(a['opts'], separators=(',', ':'))}  ({opts})")
+  return 0 if all(a is not None for a in answers) else 1
+
+def add_service_commands(sub) -> None:
+  server = argparse.ArgumentParser(add_help=False)
+  server.add_argument("--server", metavar="URL", default=os.environ.get("TUNESVC_URL", "http://127.0.0.1:8000"),
+                      help="the tunesvc server (default: TUNESVC_URL, else http://127.0.0.1:8000)")
+  server.add_argument("--token", default=os.environ.get("TUNESVC_TOKEN"), help="a token for the server (default: TUNESVC_TOKEN)")
+  page = argparse.ArgumentParser(add_help=False)
+  page.add_argument("--limit", type=int, default=50, help="rows per page (default 50, at most 500)")
+  page.add_argument("--offset", type=int, default=0, help="rows to skip (the next page's offset is printed on stderr)")
+  page.add_argument("--json", action="store_true", help="one JSON object per row")
+  states = ("queued", "running", "done", "failed")
+  k = sub.add_parser("kernels", parents=[server, page], help="list the server's kernels with their jobs and tuned opts, newest first")
+  k.add_argument("--name", help="only kernels whose name contains this")
+  k.add_argument("--device", help="only kernels with a job for this device (CPU, CUDA, ... or a fingerprint hash)")
+  k.add_argument("--state", choices=states, help="only kernels with a job in this state")
+  k.set_defaults(fn=cmd_kernels)
+  j = sub.add_parser("jobs", parents=[server, page], help="list the server's jobs: queued ones in claim order, then the others newest first")
+  j.add_argument("--state", choices=states, help="only jobs in this state")
+  j.set_defaults(fn=cmd_jobs)
+  s = sub.add_parser("submit", parents=[server], help="queue kernels for tuning on a server: a job per kernel")
+  s.add_argument("files", nargs="+", help=".json (one document), .jsonl or .jsonl.gz (one per line)")
+  s.add_argument("--device", default="CPU", help="a device class (CPU, OPENCL, CUDA, HIP) or one fingerprint hash (default CPU)")
+  s.add_argument("--beam", type=int, help="beam width (the server's default: 2)")
+  s.add_argument("--budget-s", type=float, help="search seconds per kernel (the server's default: 60)")
+  s.add_argument("--budget-candidates", type=int, help="candidates measured per kernel, at most")
+  s.add_argument("--priority", type=int, default=0, help="higher is claimed first (default 0)")
+  s.add_argument("--json", action="store_true", help="one JSON object per job")
+  s.set_defaults(fn=cmd_submit)
+  o = sub.add_parser("opts", help="look up the tuned opts of kernels on a device: in the local cache `tune` fills, or with --server on a server")
+  o.add_argument("kernels", nargs="+", metavar="FILE|KEY", help="a kernel file (.json, .jsonl, .jsonl.gz) or a kernel key (64 hex digits)")
+  o.add_argument("--device", default="CPU", help="look up for this device of this machine (default CPU)")
+  o.add_argument("--fingerprint", metavar="HASH", help="look up for this device fingerprint hash instead (as `tunesvc devices` prints it)")
+  o.add_argument("--server", metavar="URL", help="ask this tunesvc server instead of the local cache")
+  o.add_argument("--token", default=os.environ.get("TUNESVC_TOKEN"), help="a token for the server where lookups need one (default: TUNESVC_TOKEN)")
+  o.add_argument("--json", action="store_true", help="one JSON object per kernel")
+  o.set_defaults(fn=cmd_opts)
+
+
+def version() -> str:
+  try: v = importlib.metadata.version("tunesvc")
+  except importlib.metadata.PackageNotFoundError: v = "(not installed)"
+  from linearizer import CODEGEN_VERSION
+  return f"tunesvc {v} (codegen version {CODEGEN_VERSION})"
+
+def parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="tunesvc", description="Kernel autotuning service.")
-  sub = p.add_subparsers(dest="cmd", required=True)
-  kp = sub.add_parser("kernel", help="work with kernel documents (tunesvc.kernel/1)").add_subparsers(dest="kcmd", required=True)
+  p.add_argument("--version", action="version", version=version(), help="print the version and exit")
+  p.set_defaults(fn=lambda _: p.print_help() or 0)  # `tunesvc` alone: the commands
+  sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+  kernel = sub.add_parser("kernel", help="work with kernel documents (tunesvc.kernel/1): check, show, run")
+  kernel.set_defaults(fn=lambda _: kernel.print_help() or 0)
+  kp = kernel.add_subparsers(dest="kcmd", metavar="COMMAND")
   c = kp.add_parser("check", help="validate documents: OK <key> <name> or ERROR <name> <json-path>: <message>")
   c.add_argument("files", nargs="+", help=".json (one document), .jsonl or .jsonl.gz (one per line)")
   c.add_argument("--json", action="store_true", help="one JSON object per document")
   c.set_defaults(fn=cmd_check)
   s = kp.add_parser("show", help="print the tree with shapes, dtypes, FLOPs and bytes")
-  s.add_argument("file")
+  s.add_argument("file", help=".json (one document), .jsonl or .jsonl.gz (one per line)")
   s.set_defaults(fn=cmd_show)
   r = kp.add_parser("run", help="run on seeded random data: in the reference interpreter, or compiled with --device")
-  r.add_argument("files", nargs="+")
+  r.add_argument("files", nargs="+", help=".json (one document), .jsonl or .jsonl.gz (one per line)")
   r.add_argument("--var", action="append", metavar="NAME=VALUE", help="bind a variable (default: its midpoint)")
-  r.add_argument("--seed", type=int, default=0)
+  r.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0)")
   r.add_argument("--device", help="compile and run on this device (e.g. CPU): prints the median time and the opts")
   sched = r.add_mutually_exclusive_group()
   sched.add_argument("--opts", metavar="JSON", help='the schedule, e.g. \'[{"op":"UPCAST","axis":0,"amt":4}]\'')
@@ -342,8 +538,8 @@ def main(argv: Optional[list[str]] = None) -> int:
   r.add_argument("--print-source", action="store_true", help="print the generated source")
   r.set_defaults(fn=cmd_run)
   t = sub.add_parser("tune", help="search the fastest verified schedule of each kernel on a device (results cached on disk)")
-  t.add_argument("files", nargs="+")
-  t.add_argument("--device", default="CPU")
+  t.add_argument("files", nargs="+", help=".json (one document), .jsonl or .jsonl.gz (one per line)")
+  t.add_argument("--device", default="CPU", help="a device of this machine, as `tunesvc devices` lists them (default CPU)")
   t.add_argument("--beam", type=int, default=4, help="beam width (default 4)")
   t.add_argument("--budget-s", type=float, default=120.0, help="search time per kernel, seconds (default 120)")
   t.add_argument("--budget-candidates", type=int, help="candidates measured per kernel, at most")
@@ -360,16 +556,16 @@ def main(argv: Optional[list[str]] = None) -> int:
   cp.add_argument("program", nargs=argparse.REMAINDER, help="SCRIPT.py [ARGS] or -m MODULE [ARGS]; --out FILE may also come last")
   cp.set_defaults(fn=cmd_capture)
   sv = sub.add_parser("serve", help="the HTTP API and dashboard, with local workers (SQLite under the user's data dir unless --db)")
-  sv.add_argument("--host", default="127.0.0.1")
-  sv.add_argument("--port", type=int, default=8000)
+  sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; another needs TUNESVC_TOKENS)")
+  sv.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: a free one, printed)")
   sv.add_argument("--db", metavar="URL", help="database URL, e.g. postgresql+psycopg://user@host/db (or TUNESVC_DATABASE_URL)")
   sv.add_argument("--workers", type=int, default=1, help="local worker processes per device found (0: the API only)")
   sv.add_argument("--api-processes", type=int, default=1, metavar="N", help="API processes sharing the port (default 1; one per core serves the most lookups)")
   sv.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs more than a lookup)")
   sv.set_defaults(fn=cmd_serve)
   d = sub.add_parser("demo", help="serve, tune the example kernels with a local CPU worker, print the table and the dashboard URL")
-  d.add_argument("--port", type=int, default=8000)
-  d.add_argument("--db", metavar="URL")
+  d.add_argument("--port", type=int, default=8000, help="port of the demo's server on 127.0.0.1 (default 8000)")
+  d.add_argument("--db", metavar="URL", help="database URL (default: TUNESVC_DATABASE_URL, else SQLite under the user's data dir)")
   d.add_argument("--budget-s", type=float, default=15.0, help="search seconds per kernel (default 15)")
   d.add_argument("--exit", action="store_true", help="exit after the table instead of serving the dashboard until Ctrl-C")
   d.set_defaults(fn=cmd_demo)
@@ -377,22 +573,27 @@ def main(argv: Optional[list[str]] = None) -> int:
   dv.add_argument("--json", action="store_true", help="one JSON object per device")
   dv.set_defaults(fn=cmd_devices)
   w = sub.add_parser("worker", help="claim and tune jobs for one device of this machine from a tunesvc server")
-  w.add_argument("--server", required=True, metavar="URL")
+  w.add_argument("--server", required=True, metavar="URL", help="the tunesvc server, e.g. http://api-host:8000")
   w.add_argument("--token", help="a worker token (default: TUNESVC_TOKEN)")
-  w.add_argument("--device", default="CPU")
+  w.add_argument("--device", default="CPU", help="the device to tune on, as `tunesvc devices` lists them (default CPU)")
   w.add_argument("--lease-s", type=float, default=60.0, help="job lease, renewed by heartbeats every quarter of it")
   w.set_defaults(fn=cmd_worker)
   ap = sub.add_parser("admin", help="an admin's verdicts on the service's results (needs an admin token)").add_subparsers(dest="acmd", required=True)
   inv = ap.add_parser("invalidate", help="stop serving a result, a kernel's results or every result of a worker; searched again")
   which = inv.add_mutually_exclusive_group(required=True)
-  which.add_argument("--result", type=int, metavar="ID")
-  which.add_argument("--kernel", metavar="KEY")
+  which.add_argument("--result", type=int, metavar="ID", help="one result, by its id (GET /v1/kernels/KEY lists them)")
+  which.add_argument("--kernel", metavar="KEY", help="every result of this kernel")
   which.add_argument("--worker", type=int, metavar="ID", help="every result it reported or confirmed (a stolen token, a faulty device)")
   inv.add_argument("--reason", required=True, help="recorded on each result and job")
-  inv.add_argument("--server", required=True, metavar="URL")
+  inv.add_argument("--server", required=True, metavar="URL", help="the tunesvc server")
   inv.add_argument("--token", help="an admin token (default: TUNESVC_TOKEN)")
   inv.set_defaults(fn=cmd_admin_invalidate)
-  args = p.parse_args(argv)
+  add_service_commands(sub)
+  return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+  args = parser().parse_args(argv)
   return args.fn(args)
 
 

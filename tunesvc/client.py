@@ -56,6 +56,16 @@ class Client:
   def job(self, job_id: int) -> dict: return self._call("GET", f"/v1/jobs/{job_id}").json()
   def kernel(self, key: str) -> dict: return self._call("GET", f"/v1/kernels/{key}").json()
 
+  def kernels(self, name: Optional[str] = None, device: Optional[str] = None, state: Optional[str] = None, limit: int = 50,
+              offset: int = 0) -> dict:
+    """A page of kernels, newest first, each with its jobs: {"kernels": [...], "next_offset"}."""
+    params = {k: v for k, v in {"name": name, "device": device, "state": state, "limit": limit, "offset": offset}.items() if v is not None}
+    return self._call("GET", "/v1/kernels", params=params).json()
+
+  def jobs(self, state: Optional[str] = None, limit: int = 50, offset: int = 0) -> dict:
+    """A page of jobs (queued ones in claim order): {"jobs": [...], "next_offset", "counts"}."""
+    return self._call("GET", "/v1/jobs", params={"limit": limit, "offset": offset, **({"state": state} if state else {})}).json()
+
   def lookup(self, fingerprint: str, keys: Sequence[str] = (), kernels: Sequence[KernelAST | dict] = (),
              action_space_version: Optional[int] = None, timeout: Optional[float] = None) -> list[Optional[dict]]:
     """The tuned opts of each key, then of each document, or None where nothing is tuned."""

@@ -1,4 +1,4 @@
-"""`tunesvc serve` and `tunesvc demo`: the API and one local worker process per device, on one machine.
+"""`tunesvc serve` (and the service `tunesvc demo` runs): the API and one local worker process per device, on one machine.
 
 The API runs in a thread of this process (uvicorn), or with api_processes > 1 in that many spawned processes that
 accept on the one listening socket (the kernel spreads connections among them; one Python process is one core); the
@@ -94,33 +94,3 @@ class Service:
         if not p.is_alive():
           print(f"WARNING: API process {p.pid} exited ({p.exitcode}); starting another", file=sys.stderr)
           self.apis[i] = self._start_api()
-
-
-def demo(svc: Service, token: Optional[str], budget_s: float) -> int:
-  """Submit the example kernels, wait for their jobs, print a table; 0 if every one was tuned."""
-  from rich.console import Console
-  from rich.progress import Progress
-  from rich.table import Table
-  from linearizer.builders import examples
-  from tunesvc.cli import opts_text, rate
-  from tunesvc.client import Client
-  kernels = examples()
-  with Client(svc.url, token) as c, Progress(console=Console(stderr=True), transient=True) as bar:
-    jobs = c.submit(list(kernels.values()), "CPU", {"budget_s": budget_s})
-    task = bar.add_task(f"tuning {len(jobs)} example kernels", total=len(jobs))
-    while True:
-      states = [c.job(j["job_id"]) for j in jobs]
-      bar.update(task, completed=sum(j["state"] in ("done", "failed") for j in states))
-      if all(j["state"] in ("done", "failed") for j in states): break
-      time.sleep(1)
-  table = Table("kernel", "state", "baseline", "best", "speedup", "rate", "opts", title="tunesvc demo: the example kernels on CPU")
-  for (name, k), j in zip(kernels.items(), states):
-    r = j["result"]
-    if r is None:
-      table.add_row(name, j["state"], "", "", "", "", j["error"][:60])
-      continue
-    table.add_row(name, j["state"], f"{r['baseline_s'] * 1e3:.3f} ms", f"{r['best_s'] * 1e3:.3f} ms", f"{r['speedup']:.2f}x",
-                  rate(k.flops(), k.bytes(), r["best_s"]), opts_text(r["opts"]))
-  Console(width=max(Console().width, 140)).print(table)
-  print(f"dashboard: {svc.url}/   API docs: {svc.url}/docs")
-  return 0 if all(j["state"] == "done" for j in states) else 1

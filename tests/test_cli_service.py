@@ -1,0 +1,79 @@
+"""The newcomer's CLI: help everywhere, --version, `tunesvc` alone, and the service from the command line (submit, jobs,
+kernels, opts against a real server; opts from the local cache `tune` fills), with one fingerprint form throughout."""
+import argparse, json, subprocess, sys
+import httpx
+import pytest
+from linearizer import ACTION_SPACE_VERSION
+from search.cache import ResultCache
+from search_results import EXAMPLES, cpu_fingerprint, example, search_result
+from tunesvc.cli import main, parser
+from test_client import tune
+
+
+def parsers(p: argparse.ArgumentParser):
+  yield p
+  for a in p._actions:
+    if isinstance(a, argparse._SubParsersAction): yield from (x for sp in a.choices.values() for x in parsers(sp))
+
+def test_every_argument_of_every_command_has_help():
+  missing = [f"{p.prog} {a.dest}" for p in parsers(parser()) for a in p._actions
+             if not isinstance(a, argparse._SubParsersAction) and not a.help]
+  assert missing == []
+
+def test_tunesvc_alone_prints_the_commands_and_version_prints_the_version():
+  alone = subprocess.run([sys.executable, "-m", "tunesvc.cli"], capture_output=True, text=True)
+  assert alone.returncode == 0 and "usage: tunesvc" in alone.stdout and "submit" in alone.stdout and alone.stderr == ""
+  v = subprocess.run([sys.executable, "-m", "tunesvc.cli", "--version"], capture_output=True, text=True)
+  assert v.returncode == 0 and v.stdout.startswith("tunesvc ") and "codegen version" in v.stdout
+
+
+def test_the_fingerprint_devices_prints_is_the_one_lookups_take(server, capsys):
+  assert main(["devices"]) == 0
+  fp = capsys.readouterr().out.splitlines()[0].split("fingerprint ")[1]
+  assert fp == cpu_fingerprint()[1]
+  r = httpx.get(f"{server}/v1/opts/{example('sum_all').key}", params={"fingerprint": fp})
+  assert r.status_code == 404 and "not tuned" in r.json()["detail"]  # accepted: the kernel is just not tuned yet
+
+
+def test_a_worker_for_a_device_this_machine_lacks_exits_at_once_saying_so(capsys):
+  with pytest.raises(SystemExit) as e: main(["worker", "--server", "http://127.0.0.1:9", "--device", "NOPE"])
+  assert e.value.code == 2 and "ERROR --device: device 'NOPE' is not available" in capsys.readouterr().err
+
+
+def test_submit_then_jobs_kernels_and_opts_on_a_server(server, capsys):
+  k, (fp, h) = example("sum_all"), cpu_fingerprint()
+  url = ["--server", server]
+  assert main(["submit", str(EXAMPLES[0].parent / "sum_all.json"), *url, "--token", "sub"]) == 0
+  job_id = int(capsys.readouterr().out.split()[1])
+  assert tune(server, k, version=ACTION_SPACE_VERSION)["job_id"] == job_id  # a worker searches the job submitted above
+  r = search_result(k, fp, h, version=ACTION_SPACE_VERSION)
+  assert main(["submit", str(EXAMPLES[0].parent / "matmul_512.json"), *url, "--token", "sub", "--beam", "3", "--json"]) == 0
+  assert json.loads(capsys.readouterr().out)["settings"]["beam"] == 3
+  assert main(["jobs", *url, "--token", "sub"]) == 0
+  out = capsys.readouterr().out  # piped: every cell whole, the opts too, however wide
+  row = next(line for line in out.splitlines() if line.strip("│ ").startswith(str(job_id)))
+  assert "sum_all" in row and "done" in row and "UNROLL0:2" in row
+  assert main(["kernels", *url, "--token", "sub", "--name", "sum", "--json"]) == 0
+  ks = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert [x["key"] for x in ks] == [k.key] and ks[0]["jobs"][0]["state"] == "done"
+  assert main(["opts", k.key, *url, "--json"]) == 0
+  assert json.loads(capsys.readouterr().out)["opts"] == r.best_opts
+  assert main(["opts", str(EXAMPLES[0].parent / "sum_all.json"), *url]) == 0
+  assert f"sum_all {k.key}: 1.000 ms (2.00x the hand-coded)" in capsys.readouterr().out
+  assert main(["opts", example("matmul_1024").key, *url]) == 1  # not tuned: says so, exit status 1
+  assert "not tuned for fingerprint " + h in capsys.readouterr().out
+
+
+def test_opts_reads_the_local_cache_that_tune_fills(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
+  k, (fp, h) = example("sum_all"), cpu_fingerprint()
+  ResultCache().put(search_result(k, fp, h, version=ACTION_SPACE_VERSION))
+  assert main(["opts", k.key, "--json"]) == 0
+  assert json.loads(capsys.readouterr().out)["opts"][-1] == {"op": "UNROLL", "axis": 0, "amt": 2}
+  with pytest.raises(SystemExit): main(["opts", "nonsense"])
+  assert "neither a file nor a kernel key" in capsys.readouterr().err
+
+
+def test_an_unreachable_server_is_one_clear_line(capsys):
+  with pytest.raises(SystemExit) as e: main(["jobs", "--server", "http://127.0.0.1:9"])
+  assert e.value.code == 2 and "ERROR http://127.0.0.1:9: ConnectError" in capsys.readouterr().err
