@@ -10,7 +10,7 @@ candidates were generated in, so a search is deterministic for given timings.
 from __future__ import annotations
 from linearizer.kernel import Kernel, Opt
 from search.actions import children
-from search.result import OK, Candidate
+from search.result import Candidate, Status
 from search.settings import StrategySettings
 
 
@@ -33,7 +33,7 @@ class BeamStrategy:
 
   def _next_round(self) -> None:
     if self.round > 0:  # the seeds are all expanded, measured well or not: they are where the search starts
-      ok = sorted(((k, c) for k, c in self.results if c.status == OK and c.verified),
+      ok = sorted(((k, c) for k, c in self.results if c.status is Status.OK and c.verified),
                   key=lambda p: (p[1].min_s, self.order[tuple(p[0].applied_opts)]))
       if not ok or ok[0][1].min_s >= self.last * (1 - self.s.min_improvement):  # this round's best barely beat the last's
         self.done = True

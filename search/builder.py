@@ -7,7 +7,6 @@ lowering and rendering must take every schedule the Kernel accepted, so it raise
 from __future__ import annotations
 import hashlib, importlib, threading, time
 from dataclasses import dataclass
-from enum import Enum
 from typing import Iterator, Optional
 from linearizer.ast import KernelAST, loads
 from linearizer.kernel import Kernel, Opt
@@ -15,11 +14,8 @@ from linearizer.lower import lower
 from linearizer.options import LinearizerOptions
 from search.actions import MAX_UOPS
 from search.pool import CompilePool
+from search.result import Status
 
-
-class BuildError(str, Enum):
-  TOO_LARGE = "too_large"
-  COMPILE = "compile_error"
 
 class RenderBug(RuntimeError):
   """Lowering or rendering raised on a schedule the Kernel accepted."""
@@ -34,7 +30,7 @@ class Build:
   launch: tuple = ()                  # (work-groups, work-items) per launch dim where the device has local dims
   binary: bytes = b""
   compile_s: float = 0.0
-  error: Optional[BuildError] = None
+  error: Optional[Status] = None     # TOO_LARGE or COMPILE_ERROR: the candidate's status
   message: str = ""
 
 
@@ -72,20 +68,20 @@ class Builder:
             if not ok: raise RenderBug(f"rendering {[o.to_json() for o in k.applied_opts]} failed: {val}")
             src, size, launch = val
             b = Build(k, ir_size=size, launch=launch)
-            if src is None: yield _failed(b, BuildError.TOO_LARGE, f"{size} IR ops, more than {MAX_UOPS}")
+            if src is None: yield _failed(b, Status.TOO_LARGE, f"{size} IR ops, more than {MAX_UOPS}")
             elif (h := hashlib.sha256(src.encode()).hexdigest()) not in self.sources:  # else a duplicate: not built again
               self.sources.add(h)
               b.source, b.source_hash = src, h
               compiling[pool.submit(compile_task, mod, src)] = b
           elif t in compiling:
             b = compiling.pop(t)
-            if not ok: yield _failed(b, BuildError.COMPILE, val)
+            if not ok: yield _failed(b, Status.COMPILE_ERROR, val)
             else:
               b.binary, b.compile_s = val
               yield b
     finally: pool.cancel()
 
 
-def _failed(b: Build, error: BuildError, message: str) -> Build:
+def _failed(b: Build, error: Status, message: str) -> Build:
   b.error, b.message = error, message
   return b

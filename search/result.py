@@ -2,18 +2,25 @@
 (the store, the API and the cache keep exactly `to_json()`), so nothing downstream imports the search machinery."""
 from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum, auto
 from typing import Optional
 
-# candidate statuses: ok (timed and verified), slow (timing stopped early: clearly slower than the best, unverified),
-# and the failures, each with its error text
-OK, SLOW = "ok", "slow"
-FAILURES = ("compile_error", "too_large", "timeout", "crash", "mismatch", "run_error")
+
+class Status(StrEnum):
+  """A candidate's status (its JSON form is the lower-case name): ok (timed and verified), slow (timing stopped early:
+  clearly slower than the best, unverified), the failures, each with its error text, and pending until it is measured
+  (never stored: the API refuses it)."""
+  PENDING = auto(); OK = auto(); SLOW = auto()
+  COMPILE_ERROR = auto(); TOO_LARGE = auto(); TIMEOUT = auto(); CRASH = auto(); MISMATCH = auto(); RUN_ERROR = auto()
+
+FAILURES = (Status.COMPILE_ERROR, Status.TOO_LARGE, Status.TIMEOUT, Status.CRASH, Status.MISMATCH, Status.RUN_ERROR)
+STORED = (Status.OK, Status.SLOW, *FAILURES)  # what a stored candidate may be
 
 
 @dataclass
 class Candidate:
   opts: list[dict]                      # [{"op", "axis", "amt"}], applied in order to the unoptimised kernel
-  status: str                           # OK, SLOW or one of FAILURES
+  status: Status
   round: int = 0                        # 0: the seeds (unoptimised, hand-coded); n: the n-th beam expansion
   source_hash: str = ""                 # sha256 of the rendered source, the duplicate filter's key
   error: str = ""
@@ -26,7 +33,8 @@ class Candidate:
   @property
   def failed(self) -> bool: return self.status in FAILURES
 
-  def to_json(self) -> dict: return {**asdict(self), "min_s": self.min_s}
+  def __post_init__(self): self.status = Status(self.status)  # from JSON, a plain str
+  def to_json(self) -> dict: return {**asdict(self), "status": self.status.value, "min_s": self.min_s}
   @staticmethod
   def from_json(d: dict) -> Candidate: return Candidate(**{f.name: d[f.name] for f in fields(Candidate) if f.name in d})
 

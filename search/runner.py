@@ -18,11 +18,12 @@ from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.fuzz import compare
 from search.pool import die_with_parent
+from search.result import Status
 
 
 @dataclass
 class Measurement:
-  status: str                       # ok | slow | mismatch | run_error | crash | timeout
+  status: Status                    # ok, slow, mismatch, run_error, crash or timeout
   times_s: list[float] = field(default_factory=list)
   error: str = ""
   verified: bool = False
@@ -56,15 +57,15 @@ class _Case:
 
   def measure(self, prog, check: bool, min_time_s: float, min_runs: int, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
     first = self.run(prog)  # warm-up: code and data into caches, threads started
-    if early_stop_s is not None and first > 2 * early_stop_s: return Measurement("slow", [first])  # clearly slow even cold
+    if early_stop_s is not None and first > 2 * early_stop_s: return Measurement(Status.SLOW, [first])  # clearly slow even cold
     times: list[float] = []
     while len(times) < max(min_runs, max_runs):
       times.append(self.run(prog))
-      if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement("slow", times)
+      if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement(Status.SLOW, times)
       if len(times) >= min_runs and sum(times) >= min_time_s: break
-    if not check: return Measurement("ok", times)
-    if msg := compare(self.k, [self.dev.copyout(b) for b in self.bufs], self.want, self.vv, self.bounds): return Measurement("mismatch", times, msg)
-    return Measurement("ok", times, verified=True)
+    if not check: return Measurement(Status.OK, times)
+    if msg := compare(self.k, [self.dev.copyout(b) for b in self.bufs], self.want, self.vv, self.bounds): return Measurement(Status.MISMATCH, times, msg)
+    return Measurement(Status.OK, times, verified=True)
 
 
 def _main(conn: Connection, module: str) -> None:
@@ -81,7 +82,7 @@ def _main(conn: Connection, module: str) -> None:
         key = hashlib.sha256(lib).hexdigest()
         if key not in progs: progs[key] = dev.Program(lib, name)
         conn.send(case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s))
-    except Exception as e: conn.send(Measurement("run_error", error=f"{type(e).__name__}: {e}"))
+    except Exception as e: conn.send(Measurement(Status.RUN_ERROR, error=f"{type(e).__name__}: {e}"))
 
 
 class Runner:
@@ -123,13 +124,13 @@ class Runner:
       self.conn.send(("measure", lib, name, check, min_time_s, min_runs, max_runs, early_stop_s))
       if self.conn.poll(timeout_s): return self.conn.recv()
       self._restart()
-      return Measurement("timeout", error=f"no answer after {timeout_s:.3g} s: killed")
+      return Measurement(Status.TIMEOUT, error=f"no answer after {timeout_s:.3g} s: killed")
     except (EOFError, OSError):
       self.proc.join(5)
       code = self.proc.exitcode
       why = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
       self._restart()
-      return Measurement("crash", error=f"runner died: {why}")
+      return Measurement(Status.CRASH, error=f"runner died: {why}")
 
   def close(self) -> None:
     with contextlib.suppress(OSError): self.conn.send(None)

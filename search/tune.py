@@ -19,7 +19,7 @@ from search.actions import actions_for
 from search.beam import BeamStrategy
 from search.builder import Builder
 from search.pool import CompilePool
-from search.result import OK, Candidate, SearchResult
+from search.result import Candidate, SearchResult, Status
 from search.runner import Runner, write_case
 from search.settings import SearchSettings
 from search.strategy import drive
@@ -83,13 +83,13 @@ class _Search:
     def add(k: Kernel, c: Candidate) -> None:
       out.append((k, c))
       self.candidates.append(c)
-      if c.status == OK and c.verified: self.best_s = min(self.best_s or c.min_s, c.min_s)
+      if c.status is Status.OK and c.verified: self.best_s = min(self.best_s or c.min_s, c.min_s)
       if self.progress: self.progress(len(self.candidates), self.best_s)
     def more() -> bool: return len(out) < limit and time.monotonic() < deadline and not (self.stop and self.stop.is_set())
     seeds, builds = [], self.builder.build(kernels, deadline, self.stop)
     for b in builds:
-      c = Candidate([o.to_json() for o in b.kernel.applied_opts], "", rnd, b.source_hash, compile_s=b.compile_s)
-      if b.error: add(b.kernel, _failed(c, b.error.value, b.message))
+      c = Candidate([o.to_json() for o in b.kernel.applied_opts], Status.PENDING, rnd, b.source_hash, compile_s=b.compile_s)
+      if b.error: add(b.kernel, _failed(c, b.error, b.message))
       elif rnd == 0: seeds.append((b, c))  # the seeds are timed together, in order, once all are built
       elif more(): add(b.kernel, self.time(c, b.binary, b.source))
       if rnd > 0 and not more(): break
@@ -107,14 +107,14 @@ class _Search:
       m = self.runner.measure(lib, "kernel", check=True, timeout_s=limit, min_time_s=s.min_time_s,
                               early_stop_s=None if best is None else s.early_stop * best)
     c.status, c.times_s, c.error, c.verified = m.status, m.times_s, m.error, m.verified
-    if c.status == OK: self.libs[c.source_hash] = (lib, src)
+    if c.status is Status.OK: self.libs[c.source_hash] = (lib, src)
     return c
 
   def final(self, measured: list[Candidate], hand_opts: list[dict]):
     """Re-time the fastest few verified candidates and the baseline (the hand-coded one, else the unoptimised one),
     interleaved; the best median wins. (baseline, winner, medians by id, per-round baseline/winner ratios)."""
     s, early_stop = self.s.final, self.s.measure.early_stop
-    ok = sorted((c for c in measured if c.status == OK and c.verified), key=lambda c: c.min_s)
+    ok = sorted((c for c in measured if c.status is Status.OK and c.verified), key=lambda c: c.min_s)
     if not ok:
       why = "; ".join(f"{c.opts or 'no opts'}: {c.status} {c.error}".strip() for c in self.candidates[:2])
       raise SearchError(f"no candidate ran correctly ({len(self.candidates)} tried); seeds: {why}")
@@ -125,7 +125,7 @@ class _Search:
       for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:  # rotated: no candidate always runs first
         m = self.runner.measure(self.libs[c.source_hash][0], "kernel", check=False, timeout_s=max(10.0, 50 * c.min_s),
                                 min_time_s=self.s.measure.min_time_s / 2, min_runs=1)
-        if m.status == OK: rounds[id(c)].append(min(m.times_s))
+        if m.status is Status.OK: rounds[id(c)].append(min(m.times_s))
       self.check_stop()
       if self.progress: self.progress(len(self.candidates), self.best_s)
     med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
@@ -133,6 +133,6 @@ class _Search:
     return base, win, med, [b / w for b, w in zip(rounds[id(base)], rounds[id(win)])] or [1.0]
 
 
-def _failed(c: Candidate, status: str, error: str) -> Candidate:
+def _failed(c: Candidate, status: Status, error: str) -> Candidate:
   c.status, c.error = status, error
   return c

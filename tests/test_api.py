@@ -239,7 +239,8 @@ def test_reports_are_validated(api):
                     headers={**WRK, "Content-Type": "application/json"})
   cases = [({"result": {**good, "best_s": float("nan")}}, "best_s: nan is not a finite number"),
            ({"result": {**good, "candidates": [{**good["candidates"][0], "times_s": [1e999]}]}}, "candidates[0].times_s[0]: inf"),
-           ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "great"}]}}, "'great' is not one of"),
+           ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "great"}]}}, '"loc": ["body", "result", "candidates", 0, "status"]'),
+           ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "pending"}]}}, "'pending' is not one of ok, slow, compile_error"),
            ({"result": {**good, "best_opts": [{"op": "WARP", "axis": 0, "amt": 2}]}}, "best_opts: not an opt"),
            ({"result": {**good, "action_space_version": -1}}, "action_space_version"),
            ({"result": good, "error": "both"}, "exactly one of result and error"),

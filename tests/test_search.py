@@ -8,7 +8,7 @@ from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, children
 from search.beam import BeamStrategy
 from search.builder import RenderBug
-from search.result import OK, Candidate, SearchResult
+from search.result import Candidate, SearchResult, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
 from search.tune import SearchStopped, tune
@@ -29,7 +29,7 @@ def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candida
   assert got["syntax"].status == "compile_error" and "error" in got["syntax"].error
   assert r.failed >= 4 and r.verified and r.best_s > 0
   assert not r.best_opts or Opt.from_json(r.best_opts[0]) not in fault_backend.FAULTS
-  assert sum(c.status == OK for c in r.candidates) > 2  # measuring went on after the runner died and was restarted
+  assert sum(c.status == Status.OK for c in r.candidates) > 2  # measuring went on after the runner died and was restarted
 
 
 def test_winner_is_verified_at_least_as_fast_as_hand_coded_and_the_result_round_trips_json():
@@ -39,8 +39,8 @@ def test_winner_is_verified_at_least_as_fast_as_hand_coded_and_the_result_round_
   assert r.baseline_opts == [o.to_json() for o in hand_coded_optimizations(Kernel(k, cpu.options()))]
   assert r.kernel_key == k.key and r.action_space_version == ACTION_SPACE_VERSION
   assert r.fingerprint_hash == cpu.fingerprint_hash(cpu.fingerprint())
-  assert len(r.candidates) <= 30 and all(c.status == OK or c.status == "slow" for c in r.candidates)
-  assert all(c.verified for c in r.candidates if c.status == OK) and r.best_source.startswith("#")
+  assert len(r.candidates) <= 30 and all(c.status == Status.OK or c.status == "slow" for c in r.candidates)
+  assert all(c.verified for c in r.candidates if c.status == Status.OK) and r.best_source.startswith("#")
   assert len({c.source_hash for c in r.candidates}) == len(r.candidates)  # no source measured twice
   back = SearchResult.from_json(json.loads(json.dumps(r.to_json())))
   assert back.to_json() == r.to_json()
@@ -66,7 +66,7 @@ def _synthetic_measure(log):
     for k in kernels[:limit]:
       t = 1.0
       for i, o in enumerate(k.applied_opts): t *= (0.5 if o.op == "THREAD" else 0.9 - 0.01 * (o.amt or 1) / 16) if i < 3 else 1.2
-      c = Candidate([o.to_json() for o in k.applied_opts], OK, rnd, times_s=[t], verified=True)
+      c = Candidate([o.to_json() for o in k.applied_opts], Status.OK, rnd, times_s=[t], verified=True)
       log.append(tuple(k.applied_opts))
       out.append((k, c))
     return out

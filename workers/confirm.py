@@ -10,7 +10,7 @@ from linearizer.ast import KernelAST
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from linearizer.lower import lower
-from search.result import OK, Candidate, SearchResult
+from search.result import Candidate, SearchResult, Status
 from search.runner import Runner, write_case
 from search.settings import SearchSettings
 from search.tune import SearchError, SearchStopped
@@ -28,7 +28,7 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
     if stop is not None and stop.is_set(): raise SearchStopped("the confirmation was stopped")
   hand = Kernel(kr, options)
   hand_coded_optimizations(hand)
-  cands = [Candidate([o.to_json() for o in hand.applied_opts], ""), Candidate(opts, "", 1)]
+  cands = [Candidate([o.to_json() for o in hand.applied_opts], Status.PENDING), Candidate(opts, Status.PENDING, 1)]
   with tempfile.TemporaryDirectory(prefix="tunesvc-confirm-") as tmp, Runner(dev.__name__) as runner:
     write_case(Path(tmp), kr, vv, ms.seed)
     runner.setup(Path(tmp), vv)
@@ -38,13 +38,13 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
       libs.append(dev.compile(srcs[-1]))
       m = runner.measure(libs[-1], "kernel", check=True, timeout_s=ms.seed_timeout_s, min_time_s=ms.min_time_s)
       c.status, c.times_s, c.error, c.verified = m.status, m.times_s, m.error, m.verified
-      if c.status != OK: raise SearchError(f"opts {c.opts} do not run here: {c.status} {c.error}".strip())
+      if c.status is not Status.OK: raise SearchError(f"opts {c.opts} do not run here: {c.status} {c.error}".strip())
       check_stop()
     rounds: list[list[float]] = [[], []]
     for r in range(settings.final.final_rounds):
       for i in (r % 2, 1 - r % 2):  # alternating which runs first
         m = runner.measure(libs[i], "kernel", check=False, timeout_s=max(10.0, 50 * cands[i].min_s), min_time_s=ms.min_time_s / 2, min_runs=1)
-        if m.status == OK: rounds[i].append(min(m.times_s))
+        if m.status is Status.OK: rounds[i].append(min(m.times_s))
       check_stop()
   if not all(rounds): raise SearchError("the final re-timing failed")
   base_s, best_s = statistics.median(rounds[0]), statistics.median(rounds[1])

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal, Optional
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from linearizer.kernel import Opt, OptError
-from search.result import FAILURES, OK, SLOW, SearchResult
+from search.result import STORED, SearchResult
 from search.settings import JOB_FIELDS
 from tunesvc.store.models import Job, Result
 
@@ -249,9 +249,8 @@ class HeartbeatOut(BaseModel):
 
 def _result(r: SearchResult) -> SearchResult:
   storable(r.to_json())
-  statuses = (OK, SLOW, *FAILURES)
   for i, c in enumerate(r.candidates):
-    if c.status not in statuses: raise ValueError(f"candidates[{i}].status: {c.status[:40]!r} is not one of {', '.join(statuses)}")
+    if c.status not in STORED: raise ValueError(f"candidates[{i}].status: {c.status[:40]!r} is not one of {', '.join(STORED)}")
   for where, opts in [("best_opts", r.best_opts), ("baseline_opts", r.baseline_opts)] + [(f"candidates[{i}].opts", c.opts) for i, c in enumerate(r.candidates)]:
     try: [Opt.from_json(o) for o in opts]
     except OptError as e: raise ValueError(f"{where}: {e}") from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from linearizer.ast import KernelAST
 from linearizer.kernel import Kernel, OptError
 from linearizer.options import LinearizerOptions
-from search.result import OK, SearchResult
+from search.result import SearchResult, Status
 
 
 class Unproven(ValueError): pass
@@ -53,12 +53,12 @@ def check(k: KernelAST, options: LinearizerOptions, r: SearchResult, proof: Proo
     raise Unproven(f"flops, bytes: {r.flops}, {r.bytes} are not the kernel's {k.flops(vv)}, {k.bytes(vv)}")
   floor = proof.floor_s(r.flops, r.bytes)
   times = [("best_s", r.best_s), ("baseline_s", r.baseline_s)] + \
-          [(f"candidates[{i}].times_s", t) for i, c in enumerate(r.candidates) if c.status == OK for t in c.times_s]
+          [(f"candidates[{i}].times_s", t) for i, c in enumerate(r.candidates) if c.status is Status.OK for t in c.times_s]
   for where, t in times:
     if not (isinstance(t, (int, float)) and math.isfinite(t) and t >= floor):
       raise Unproven(f"{where}: {t!r} s is not plausible: this kernel ({r.flops} FLOPs, {r.bytes} bytes) takes at least {floor:.3g} s")
   if not math.isclose(r.speedup, r.baseline_s / r.best_s, rel_tol=1e-6): raise Unproven(f"speedup: {r.speedup} is not baseline_s / best_s")
   _legal(k, options, r.best_opts, "best_opts")
   _legal(k, options, r.baseline_opts, "baseline_opts")
-  if r.verified and not any(c.opts == r.best_opts and c.status == OK and c.verified for c in r.candidates):
+  if r.verified and not any(c.opts == r.best_opts and c.status is Status.OK and c.verified for c in r.candidates):
     raise Unproven("verified: no verified candidate of the search has best_opts")
