@@ -11,6 +11,7 @@ symbolic expressions, simplified, until the renderer writes them.
 from __future__ import annotations
 import collections, itertools, math
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any, Optional
 import numpy as np
 from linearizer.ast import ConstArg, KernelAST, LazyOp
@@ -42,9 +43,17 @@ FMA_DTYPES = ("float32", "float64")  # float16/bfloat16 round every op, as the r
 ACC_CHAINS = 8  # accumulators enough to hide an FMA's latency (4 cycles, 2 a cycle): each product goes straight in
 
 
+class UOps(StrEnum):
+  """The linear IR's ops (above)."""
+  DEFINE_GLOBAL = "DEFINE_GLOBAL"; DEFINE_VAR = "DEFINE_VAR"; DEFINE_LOCAL = "DEFINE_LOCAL"; DEFINE_ACC = "DEFINE_ACC"; SPECIAL = "SPECIAL"
+  LOOP = "LOOP"; ENDLOOP = "ENDLOOP"; IF = "IF"; ENDIF = "ENDIF"; BARRIER = "BARRIER"
+  CONST = "CONST"; LOAD = "LOAD"; STORE = "STORE"; VALID = "VALID"; ALU = "ALU"; CAST = "CAST"; ACC = "ACC"
+  VBROADCAST = "VBROADCAST"; VBUILD = "VBUILD"; WMMA = "WMMA"; GEP = "GEP"
+
+
 @dataclass(frozen=True)
 class UOp:
-  op: str
+  op: UOps
   dtype: Optional[DType]
   src: tuple[int, ...] = ()
   arg: Any = None
@@ -74,8 +83,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
 
   full, n, fr, up = k.full_shape, k.shape_len, k.first_reduce, k.shape_len - k.upcasted
   bufs = [(b.buf, b.dtype) for b in k.ast.buffers]
-  for b, dt in bufs: emit(UOp("DEFINE_GLOBAL", dt, (), b))
-  for v in k.ast.vars: emit(UOp("DEFINE_VAR", None, (), v))
+  for b, dt in bufs: emit(UOp(UOps.DEFINE_GLOBAL, dt, (), b))
+  for v in k.ast.vars: emit(UOp(UOps.DEFINE_VAR, None, (), v))
   loop_vars: dict[int, sint] = {i: 0 if full[i] == 1 else Var(f"{'r' if k.is_reduce_axis(i) else 'g'}{i}", 0, smax(full[i]) - 1) for i in range(up)}
   gpu, gfr = k.options.has_local, k.group_for_reduces
   gdims, ldims, outer_axes = [], [], range(fr)
@@ -91,7 +100,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
 
   def const(val, dt: DType) -> int:
     v = _scalar(val, dt)  # -0.0 == 0.0 as a key: a negative zero is never merged with the other
-    return emit(UOp("CONST", dt, (), v), dedup=not (dt.is_float and v == 0 and math.copysign(1.0, v) < 0))
+    return emit(UOp(UOps.CONST, dt, (), v), dedup=not (dt.is_float and v == 0 and math.copysign(1.0, v) < 0))
   lane_var = Var("_lane", 0, 0)
   vaxis = None if k.tensor_core else _vector_axis(k, out_up, loop_vars)
   W = full[vaxis] if vaxis is not None else 1
@@ -117,13 +126,13 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     idx, valid = index(st_of[node.arg], lane)
     aff = affine(idx, [lane_var])
     if lane_var not in variables(valid) and aff is not None and aff[0][0] in (0, 1):
-      if aff[0][0] == 1: return emit(UOp("LOAD", node.dtype, (), (node.arg.buf, lane0(idx), valid), W))
-      return emit(UOp("VBROADCAST", node.dtype, (scalar_load(node.arg.buf, node.dtype, lane0(idx), valid),), None, W))
-    return emit(UOp("VBUILD", node.dtype, tuple(scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j}))
+      if aff[0][0] == 1: return emit(UOp(UOps.LOAD, node.dtype, (), (node.arg.buf, lane0(idx), valid), W))
+      return emit(UOp(UOps.VBROADCAST, node.dtype, (scalar_load(node.arg.buf, node.dtype, lane0(idx), valid),), None, W))
+    return emit(UOp(UOps.VBUILD, node.dtype, tuple(scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j}))
                                               for j in range(W)), None, W))
 
   def scalar_load(buf: int, dt: DType, idx: sint, valid: sint) -> int:
-    return const(0, dt) if valid == 0 else emit(UOp("LOAD", dt, (), (buf, idx, valid)))
+    return const(0, dt) if valid == 0 else emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
 
   def value(node: LazyOp, lane: dict[int, int], memo: dict) -> int:
     key = (node, tuple(sorted(lane.items())))
@@ -136,31 +145,31 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       _, valid = index(st_of[node.arg], lane)  # lane-independent where vectorised (_vector_axis checks)
       c, zero = const(node.arg.val, node.dtype), const(0, node.dtype)  # one uop when the constant is 0 (not -0.0)
       r = (c if valid == 1 else zero) if isinstance(valid, int) or c == zero else \
-        emit(UOp("ALU", node.dtype, (emit(UOp("VALID", bool_, (), valid)), c, zero), "WHERE"))
-      if W > 1: r = emit(UOp("VBROADCAST", node.dtype, (r,), None, W))
+        emit(UOp(UOps.ALU, node.dtype, (emit(UOp(UOps.VALID, bool_, (), valid)), c, zero), "WHERE"))
+      if W > 1: r = emit(UOp(UOps.VBROADCAST, node.dtype, (r,), None, W))
     else:
       src = tuple(value(s, lane, memo) for s in node.src)
-      r = _fold(node, src, uops) if W == 1 and all(uops[s].op == "CONST" for s in src) else None
+      r = _fold(node, src, uops) if W == 1 and all(uops[s].op is UOps.CONST for s in src) else None
       r = const(r, node.dtype) if r is not None else \
-        emit(UOp("CAST", node.dtype, src, node.arg.bitcast, W) if node.op == "CAST" else UOp("ALU", node.dtype, src, node.op, W))
+        emit(UOp(UOps.CAST, node.dtype, src, node.arg.bitcast, W) if node.op == "CAST" else UOp(UOps.ALU, node.dtype, src, node.op, W))
     memo[key] = r
     return r
 
   def loop(axes: range, threads: int = 0) -> list[int]:
     axes = [i for i in axes if full[i] != 1]  # a size-1 axis (what a whole-axis split leaves) reads index 0
-    for i in axes: emit(UOp("LOOP", None, (), (loop_vars[i], full[i], threads if i == 0 else 0)), dedup=False)
+    for i in axes: emit(UOp(UOps.LOOP, None, (), (loop_vars[i], full[i], threads if i == 0 else 0)), dedup=False)
     return axes
 
   sums: set[int] = set()  # the ALU ops combining a reduce's lanes
   red = k.reduceop
   if gpu:
     for kind, dims in (("group", gdims), ("local", ldims)):
-      for d, (v, _) in enumerate(dims): emit(UOp("SPECIAL", None, (), (v, kind, d)))
-    if gfr: temp = emit(UOp("DEFINE_LOCAL", red.dtype.acc, (), ("temp", math.prod(s for _, s in ldims) * math.prod(full[i] for i in out_up) * W)))
+      for d, (v, _) in enumerate(dims): emit(UOp(UOps.SPECIAL, None, (), (v, kind, d)))
+    if gfr: temp = emit(UOp(UOps.DEFINE_LOCAL, red.dtype.acc, (), ("temp", math.prod(s for _, s in ldims) * math.prod(full[i] for i in out_up) * W)))
   outer = loop(outer_axes, threads=full[0] if k.thread_dims else 0)
 
   def define_accs(out_lanes) -> dict[tuple, int]:
-    return {ol: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity(red.arg.fn, red.dtype), W), dedup=False) for ol in out_lanes}
+    return {ol: emit(UOp(UOps.DEFINE_ACC, red.dtype.acc, (), _identity(red.arg.fn, red.dtype), W), dedup=False) for ol in out_lanes}
 
   def folder(accs: dict[tuple, int], chain: bool = False):
     """(add, done): add(output lane, value) for each value of an output lane, done() gives the accumulators after the
@@ -173,7 +182,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     lanes of gated loads (sops_7806) take 4.8 s values first and 19.7 s with each FMA right after its loads."""
     op, dt = "ADD" if red.arg.fn == "SUM" else "MAX", red.dtype.acc
     def combine(a: int, b: int) -> int:  # never merged with an element-wise op: only these may fuse
-      sums.add(i := emit(UOp("ALU", dt, (a, b), op, W), dedup=False))
+      sums.add(i := emit(UOp(UOps.ALU, dt, (a, b), op, W), dedup=False))
       return i
     pending: dict[tuple, list] = {ol: [] for ol in accs}  # chained: its values; else (tree level, partial sum), levels decreasing
     def add(ol: tuple, v: int) -> None:
@@ -189,7 +198,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
           while stack: v = combine(stack.pop()[1], v)
           vs = [v]
         else: vs = []
-        for v in vs: new[ol] = emit(UOp("ACC", dt, (new[ol], v), op, W), dedup=False)
+        for v in vs: new[ol] = emit(UOp(UOps.ACC, dt, (new[ol], v), op, W), dedup=False)
       return new
     return add, done
 
@@ -200,19 +209,19 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       pos: sint = 0
       for i in range(fr - k.local_dims, fr + gfr): pos = pos * full[i] + ix[i]
       return (pos * len(accs) + j) * W
-    for j, a in enumerate(accs.values()): emit(UOp("STORE", None, (a,), (uops[temp].arg[0], slot(loop_vars, j), 1), W), dedup=False)
-    emit(UOp("BARRIER", None), dedup=False)
-    emit(UOp("IF", None, (), lt(sum(loop_vars[i] for i in range(fr, fr + gfr)), 1)), dedup=False)
+    for j, a in enumerate(accs.values()): emit(UOp(UOps.STORE, None, (a,), (uops[temp].arg[0], slot(loop_vars, j), 1), W), dedup=False)
+    emit(UOp(UOps.BARRIER, None), dedup=False)
+    emit(UOp(UOps.IF, None, (), lt(sum(loop_vars[i] for i in range(fr, fr + gfr)), 1)), dedup=False)
     grouped = [i for i in range(fr, fr + gfr) if full[i] != 1]
     mid = [i for i in grouped if i in k.upcast_in_mid_reduce]
     tvars = {i: Var(f"t{i}", 0, full[i] - 1) for i in grouped if i not in mid}
     add, done = folder(define_accs(accs))
-    for i, v in tvars.items(): emit(UOp("LOOP", None, (), (v, full[i], 0)), dedup=False)
+    for i, v in tvars.items(): emit(UOp(UOps.LOOP, None, (), (v, full[i], 0)), dedup=False)
     for m in itertools.product(*(range(full[i]) for i in mid)):
       ix = {**loop_vars, **tvars, **dict(zip(mid, m))}
-      for j, ol in enumerate(accs): add(ol, emit(UOp("LOAD", red.dtype.acc, (), (uops[temp].arg[0], slot(ix, j), 1), W)))
+      for j, ol in enumerate(accs): add(ol, emit(UOp(UOps.LOAD, red.dtype.acc, (), (uops[temp].arg[0], slot(ix, j), 1), W)))
     new = done()
-    for _ in tvars: emit(UOp("ENDLOOP", None), dedup=False)
+    for _ in tvars: emit(UOp(UOps.ENDLOOP, None), dedup=False)
     seen.clear()
     return new
 
@@ -234,7 +243,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       return vals | {ax["k"][0]: tc.coord(op, kdim, lane_bits, i)}
     nc, tc_up = tc.elements("c"), {axis for l, (axis, _) in ax.items() if l[0] in "ke"}
     tiles, steps = [i for i in out_up if i not in tc_up], [i for i in upcast_axes if i not in tc_up]
-    accs = {t: emit(UOp("DEFINE_ACC", red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False)
+    accs = {t: emit(UOp(UOps.DEFINE_ACC, red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False)
             for t in itertools.product(*(range(full[i]) for i in tiles))}
     inner, memo = loop(range(fr, up)), {}
     for step in itertools.product(*(range(full[i]) for i in steps)):
@@ -242,14 +251,14 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
       a = [value(a_ld, l | frag("a", i), memo) for i in range(tc.elements("a"))]
       b = [value(b_ld, l | frag("b", i), memo) for i in range(tc.elements("b"))]
       t = tuple(l[i] for i in tiles)
-      accs[t] = emit(UOp("WMMA", red.dtype.acc, (accs[t], *a, *b), tc, nc), dedup=False)
-    for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
+      accs[t] = emit(UOp(UOps.WMMA, red.dtype.acc, (accs[t], *a, *b), tc, nc), dedup=False)
+    for _ in inner: emit(UOp(UOps.ENDLOOP, None), dedup=False)
     seen.clear()
     out = {}
     for ol in itertools.product(*(range(full[i]) for i in out_up)):
       l = dict(zip(out_up, ol))
       j = sum((l[ax[f"e{b}"][0]] >> ax[f"e{b}"][1] & 1) << b for b in range(nc.bit_length() - 1))  # the element C's map puts here
-      out[ol] = emit(UOp("GEP", red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), j))
+      out[ol] = emit(UOp(UOps.GEP, red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), j))
     return out
 
   reduced: dict[tuple, int] = {}
@@ -263,25 +272,25 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     for lane in lanes:
       l = dict(zip(upcast_axes, lane))
       v = value(red.src[0], l, memo)
-      if red.dtype.acc != red.dtype: v = emit(UOp("CAST", red.dtype.acc, (v,), False, W))
+      if red.dtype.acc != red.dtype: v = emit(UOp(UOps.CAST, red.dtype.acc, (v,), False, W))
       add(tuple(l[i] for i in out_up), v)
     accs = done()
-    for _ in inner: emit(UOp("ENDLOOP", None), dedup=False)
+    for _ in inner: emit(UOp(UOps.ENDLOOP, None), dedup=False)
     seen.clear()  # values from inside the reduce loop are out of scope now
     if gfr: accs = group_reduce(accs)
     for ol, a in accs.items():
-      reduced[ol] = a if red.dtype.acc == red.dtype else emit(UOp("CAST", red.dtype, (a,), False, W))
+      reduced[ol] = a if red.dtype.acc == red.dtype else emit(UOp(UOps.CAST, red.dtype, (a,), False, W))
   memo = {}
   for lane in itertools.product(*(range(full[i]) for i in out_up)):
     l = dict(zip(out_up, lane))
     if red is not None: memo[(red, tuple(sorted(l.items())))] = reduced[lane]
     v = value(k.ast.ast.src[0], l, memo)
     idx, valid = index(st_of[k.ast.ast.arg], l)
-    if valid != 0: emit(UOp("STORE", None, (v,), (0, lane0(idx), valid), W), dedup=False)
+    if valid != 0: emit(UOp(UOps.STORE, None, (v,), (0, lane0(idx), valid), W), dedup=False)
   if gfr:
-    emit(UOp("ENDIF", None), dedup=False)
-    if outer: emit(UOp("BARRIER", None), dedup=False)  # local memory is written again in the next iteration
-  for _ in outer: emit(UOp("ENDLOOP", None), dedup=False)
+    emit(UOp(UOps.ENDIF, None), dedup=False)
+    if outer: emit(UOp(UOps.BARRIER, None), dedup=False)  # local memory is written again in the next iteration
+  for _ in outer: emit(UOp(UOps.ENDLOOP, None), dedup=False)
   return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), tuple(s for _, s in gdims), tuple(s for _, s in ldims))
 
 
@@ -319,13 +328,13 @@ def _fuse_mulacc(uops: list[UOp], sums: set[int]) -> list[UOp]:
   saves no op (it is computed anyway) and its users would see two different products."""
   uses = collections.Counter(s for u in uops for s in u.src)
   def product(i: int) -> bool:
-    return uops[i].op == "ALU" and uops[i].arg == "MUL" and uops[i].dtype.name in FMA_DTYPES and uses[i] == 1
+    return uops[i].op is UOps.ALU and uops[i].arg == "MUL" and uops[i].dtype.name in FMA_DTYPES and uses[i] == 1
   fused: dict[int, UOp] = {}
   gone: set[int] = set()  # the products folded into their user
   for i, u in enumerate(uops):
     if i in sums and u.arg == "ADD" and (m := next((s for s in u.src if product(s)), None)) is not None:
       fused[i] = replace(u, src=(*uops[m].src, u.src[u.src[0] == m]), arg="MULACC")
-    elif u.op == "ACC" and u.arg == "ADD" and product(m := u.src[1]):
+    elif u.op is UOps.ACC and u.arg == "ADD" and product(m := u.src[1]):
       fused[i] = replace(u, src=(u.src[0], *uops[m].src), arg="MULACC")
     else: continue
     gone.add(m)

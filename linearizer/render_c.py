@@ -9,7 +9,7 @@ import json, math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DType, bool_
-from linearizer.lower import Program
+from linearizer.lower import Program, UOps
 from linearizer.symbolic import Var, evaluate, mod, parse, render
 from linearizer.tensor_cores import opencl_wmma
 
@@ -204,7 +204,7 @@ def vector_decls(prog: Program, lang: Lang) -> str:
   and the fused multiply-add of each vector type that has MULACCs. OpenCL has them built in."""
   if not lang.declare_vectors: return ""
   vecs = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
-  fmas = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in ("ALU", "ACC") and u.arg == "MULACC"]
+  fmas = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in (UOps.ALU, UOps.ACC) and u.arg == "MULACC"]
   out = [f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n"
          f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
          f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} "
@@ -253,51 +253,51 @@ def render_source(prog: Program, lang: Lang) -> str:
     op, dt, src = u.op, u.dtype, [names.get(s) for s in u.src]
     if dt is not None:  # a bool vector is a mask of its operands' lanes
       types[i] = mtype(prog.uops[u.src[0]].dtype.itemsize, u.vec, lang) if dt == bool_ and u.vec > 1 else vtype(dt, u.vec, lang)
-    if op in ("DEFINE_GLOBAL", "DEFINE_VAR"): continue
-    if op == "CONST": names[i] = literal(u.arg, dt, lang)
-    elif op == "SPECIAL":
+    if op in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR): continue
+    if op is UOps.CONST: names[i] = literal(u.arg, dt, lang)
+    elif op is UOps.SPECIAL:
       var, kind, dim = u.arg
       line(f"{lang.index} {var.name} = {lang.ids[kind].format(dim, xyz='xyz'[dim])};")
-    elif op == "DEFINE_LOCAL": line(f"{lang.shared}{lang.ctype(dt)} {u.arg[0]}[{u.arg[1]}];")
-    elif op == "BARRIER": line(lang.barrier)
-    elif op == "VBROADCAST": define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
-    elif op == "VBUILD": define(i, lang.vbuild.format(xs=", ".join(src), vt=types[i]))
-    elif op == "VALID": names[i] = render(u.arg, c=True)
-    elif op == "LOOP":
+    elif op is UOps.DEFINE_LOCAL: line(f"{lang.shared}{lang.ctype(dt)} {u.arg[0]}[{u.arg[1]}];")
+    elif op is UOps.BARRIER: line(lang.barrier)
+    elif op is UOps.VBROADCAST: define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
+    elif op is UOps.VBUILD: define(i, lang.vbuild.format(xs=", ".join(src), vt=types[i]))
+    elif op is UOps.VALID: names[i] = render(u.arg, c=True)
+    elif op is UOps.LOOP:
       var, end, threads = u.arg
       if threads: line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
       line(f"for ({lang.index} {var.name} = 0; {var.name} < {render(end, c=True)}; {var.name}++) {{")
       depth += 1
-    elif op == "IF":
+    elif op is UOps.IF:
       line(f"if ({render(u.arg, c=True)}) {{")
       depth += 1
-    elif op in ("ENDLOOP", "ENDIF"):
+    elif op in (UOps.ENDLOOP, UOps.ENDIF):
       depth -= 1
       line("}")
-    elif op == "DEFINE_ACC":
+    elif op is UOps.DEFINE_ACC:
       names[i] = f"acc{i}"
       acc = literal(u.arg, dt, lang)
       line(f"{types[i]} acc{i} = {acc if u.vec == 1 else lang.vbroadcast.format(x=acc, vt=types[i])};")
-    elif op == "ACC":
+    elif op is UOps.ACC:
       names[i] = src[0]
       line(f"{src[0]} = {expr(i, u.arg, [*src[1:], src[0]])};")
-    elif op == "STORE":
+    elif op is UOps.STORE:
       b, idx, valid = u.arg
       val = src[0]
       if isinstance(b, int) and (bdt := prog.buffers[b][1]).name in lang.store: val = lang.store[bdt.name].format(val)
       store = f"{at(b, idx)} = {val};" if u.vec == 1 else vmem(lang.vstore, lang.vstore_aligned, idx, u.vec).format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
       line(store if valid == 1 else f"if ({render(valid, c=True)}) {store}")
-    elif op == "LOAD":
+    elif op is UOps.LOAD:
       b, idx, valid = u.arg
       x = at(b, idx) if u.vec == 1 else vmem(lang.vload, lang.vload_aligned, idx, u.vec).format(n=u.vec, p=ptr(b, idx), vt=types[i])
       if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
       define(i, x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
-    elif op == "WMMA":
+    elif op is UOps.WMMA:
       names[i] = src[0]
       na = u.arg.elements("a")
       line(f"{src[0]} = {lang.wmma(u.arg)[2].format(a=', '.join(src[1:1 + na]), b=', '.join(src[1 + na:]), c=src[0])};")
-    elif op == "GEP": define(i, lang.gep.format(x=src[0], i=u.arg, xyzw="xyzw"[u.arg % 4]))
-    elif op == "CAST":
+    elif op is UOps.GEP: define(i, lang.gep.format(x=src[0], i=u.arg, xyzw="xyzw"[u.arg % 4]))
+    elif op is UOps.CAST:
       sdt = prog.uops[u.src[0]].dtype
       define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))
     else: define(i, expr(i, u.arg, src))
@@ -310,7 +310,7 @@ def render_source(prog: Program, lang: Lang) -> str:
   needs = "".join(dict.fromkeys(lang.needs[d] for d in used if d in lang.needs))
   vectors = lang.vectors if any(u.vec > 1 for u in prog.uops) else ""
   fns = decls = ""
-  for tc in dict.fromkeys(u.arg for u in prog.uops if u.op == "WMMA"):
+  for tc in dict.fromkeys(u.arg for u in prog.uops if u.op is UOps.WMMA):
     fn, decl, _ = lang.wmma(tc)
     fns, decls = fns + fn, decls + (f"  {decl.format(warps=math.prod(prog.local) // tc.threads)}\n" if decl else "")
   return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + fns + \

@@ -6,7 +6,7 @@ C++ leaves signed overflow undefined, so int32/int64 + - * wrap through the unsi
 to int, 65535 * 65535 overflows). Contraction is off in the compiler (NVRTC --fmad=false, hipcc -ffp-contract=off): the
 only fused ops are the linearizer's MULACCs, fma()."""
 from __future__ import annotations
-from linearizer.lower import Program
+from linearizer.lower import Program, UOps
 from linearizer.render_c import Lang, render_source
 from linearizer.tensor_cores import cuda_wmma, hip_wmma, metal_wmma
 
@@ -106,6 +106,6 @@ def render_hip(prog: Program) -> str: return render_source(prog, HIP)
 def render_metal(prog: Program) -> str:
   """Metal source; lanes stay scalars (lower with no vector_dtypes), but for a tensor core's accumulators, and float64 has
   no Metal type."""
-  if any(u.vec > 1 and u.op not in ("DEFINE_ACC", "WMMA") for u in prog.uops): raise ValueError("Metal renders scalar lanes only: lower with vector_dtypes=()")
+  if any(u.vec > 1 and u.op not in (UOps.DEFINE_ACC, UOps.WMMA) for u in prog.uops): raise ValueError("Metal renders scalar lanes only: lower with vector_dtypes=()")
   if any(u.dtype is not None and u.dtype.name == "float64" for u in prog.uops): raise ValueError("Metal has no float64")
   return render_source(prog, METAL)
