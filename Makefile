@@ -2,7 +2,11 @@
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-CHROMIUM := /usr/bin/chromium
+PYTEST := $(VENV)/bin/python -m pytest -q
+# tinygrad 0.8.0's own tests (from its source distribution) compare against torch, which tunesvc never needs: they run in
+# a venv of their own with torch 2.13 (CPU), tinygrad, and tunesvc's runtime dependencies (the checkout is on PYTHONPATH).
+TG_VENV := .venv-tinygrad-tests
+TG_STAMP := $(TG_VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -10,41 +14,30 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-.PHONY: demo test opencl hipcc clang tinygrad-tests
+.PHONY: demo test test-quick deps tinygrad-tests
 demo: $(STAMP)
 	$(VENV)/bin/tunesvc demo $(DEMO_ARGS)
 
-test: $(STAMP) $(CHROMIUM) opencl hipcc clang $(TG_STAMP)
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+# The whole suite, as CI runs it: every test but the timing-dependent ones spread over the cores (pytest-xdist), then the
+# timing-dependent ones alone, so nothing else shares the cores they measure on.
+test: $(STAMP) deps $(TG_STAMP)
+	$(PYTEST) -n auto -m "not timing" $(PYTEST_ARGS)
+	$(PYTEST) -m timing $(PYTEST_ARGS)
 
-# the dashboard's browser test drives Debian's chromium through Playwright (never a browser Playwright downloads)
-$(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	else echo "$(CHROMIUM) is missing and this is not root: the dashboard's browser test will be skipped (apt-get install chromium)"; fi
+# While working: neither the slow tier nor the timing one (see the markers in pyproject.toml).
+test-quick: $(STAMP)
+	$(PYTEST) -n auto -m "not slow and not timing" $(PYTEST_ARGS)
 
-# GPU-style kernels are tested for real on PoCL, an OpenCL driver for the CPU: installed where missing when we may
-# (root with apt, as on CI); elsewhere the OpenCL tests skip and say why.
-OPENCL_PKGS := ocl-icd-libopencl1 pocl-opencl-icd
-opencl:
-	@if ! dpkg -s $(OPENCL_PKGS) >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(OPENCL_PKGS); fi
+# What the tests drive besides Python, installed where missing when we may (root with apt, as on CI), in one apt
+# transaction that waits for a held dpkg lock (scripts/apt-deps.sh): Debian's chromium for the dashboard's browser test
+# (never a browser of Playwright's own), PoCL (OpenCL on the CPU) for the GPU-style kernels, hipcc for the HIP renderer's
+# source, clang for tinygrad's CLANG device, and PostgreSQL, started if stopped (scripts/postgres.sh), for the store's
+# tests. Elsewhere those tests skip and say why (under CI=true the PostgreSQL ones fail instead).
+deps:
+	@bash scripts/apt-deps.sh
+	@bash scripts/postgres.sh
 
-# The HIP renderer's source is built for AMD GPUs by Debian's hipcc (ROCm 5.2, ~40 MB with its LLVM), installed the same
-# way; without it those tests skip and say why.
-hipcc:
-	@if ! command -v hipcc >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends hipcc >/dev/null; fi
-
-# tinygrad's CLANG device (tests/test_tinygrad_integration.py, bench/tinygrad_models.py) runs the clang command
-clang:
-	@if ! command -v clang >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang >/dev/null; fi
-
-# tinygrad 0.8.0's own tests (from its source distribution) compare against torch, which tunesvc never needs: they run in
-# a venv of their own with torch 2.13 (CPU), tinygrad, and tunesvc's runtime dependencies (the checkout is on PYTHONPATH).
-# tests/test_tinygrad_integration.py runs a slice of them; `make tinygrad-tests` runs the four files with and without tunesvc.
-TG_VENV := .venv-tinygrad-tests
-TG_STAMP := $(TG_VENV)/.installed
+# tests/test_tinygrad_integration.py runs a slice of tinygrad's tests; `make tinygrad-tests` runs the four files with and without tunesvc.
 $(TG_STAMP):
 	$(PY) -m venv $(TG_VENV)
 	$(TG_VENV)/bin/pip install -q torch==2.13.0 tinygrad==0.8.0 'pytest>=8.3,<10' 'hypothesis>=6.100,<7' 'numpy>=2.0,<2.5' \
@@ -52,5 +45,5 @@ $(TG_STAMP):
 	$(TG_VENV)/bin/pip download -q --no-binary :all: --no-deps tinygrad==0.8.0 -d $(TG_VENV)/sdist
 	tar xzf $(TG_VENV)/sdist/tinygrad-0.8.0.tar.gz -C $(TG_VENV)
 	touch $@
-tinygrad-tests: $(STAMP) $(TG_STAMP) clang
+tinygrad-tests: $(STAMP) $(TG_STAMP) deps
 	PYTHONPATH=$$PWD $(VENV)/bin/python tests/tinygrad_suite.py

@@ -201,6 +201,7 @@ def test_claims_match_the_worker_fingerprint_and_unknown_workers_are_404(api):
   assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "fingerprint", "backend"]
 
 
+@pytest.mark.timing
 def test_a_job_taken_away_refuses_the_old_workers_heartbeat_and_report(api):
   job, = submit(api, [example("sum_all")])
   a, b = register(api, "a"), register(api, "b")
@@ -296,6 +297,7 @@ def test_health_metrics_and_the_openapi_schema(api, tmp_path):
   assert r.status_code == 503 and r.json()["detail"].startswith("database: OperationalError")
 
 
+@pytest.mark.slow
 def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
   """No tokens, so the fuzzer reaches past authentication; a few kernels, a worker and a tuned result to find."""
   app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/fuzz.db", max_body_bytes=1 << 20))
@@ -317,19 +319,15 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
 
 
 def test_tunesvc_serve_runs_the_app_with_uvicorn(tmp_path):
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
   env = {**os.environ, "TUNESVC_TOKENS": "sub:submit"}
-  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--db", f"sqlite:///{tmp_path}/serve.db"],
-                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  # port 0: the server takes a free port and prints its URL (a port picked here could be taken by a parallel test meanwhile)
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", "0", "--workers", "0", "--db", f"sqlite:///{tmp_path}/serve.db"],
+                       env=env, stdout=subprocess.PIPE, text=True)
   try:
-    for _ in range(200):
-      try:
-        if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200: break
-      except httpx.TransportError: time.sleep(0.05)
-    r = httpx.post(f"http://127.0.0.1:{port}/v1/kernels", json={"kernels": [example("sum_all").to_json()]}, headers=SUB)
-    assert r.status_code == 202 and httpx.get(f"http://127.0.0.1:{port}/v1/jobs/1").status_code == 401
+    url = p.stdout.readline().split()[2]
+    assert httpx.get(f"{url}/healthz").status_code == 200
+    r = httpx.post(f"{url}/v1/kernels", json={"kernels": [example("sum_all").to_json()]}, headers=SUB)
+    assert r.status_code == 202 and httpx.get(f"{url}/v1/jobs/1").status_code == 401
   finally:
     p.terminate()
     p.wait(10)
@@ -357,6 +355,7 @@ def test_served_responses_are_not_held_back_by_nagle(tmp_path):
   finally: svc.stop()
 
 
+@pytest.mark.slow
 def test_several_api_processes_serve_one_port_and_sum_their_metrics(tmp_path):
   from tunesvc.serve import Service
   svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/multi.db"), port=0, workers=0, api_processes=2).start()

@@ -395,6 +395,7 @@ def test_variable_named_like_an_internal_proof_variable_cannot_hide_a_negative_i
 
 # ---------------------------------------------------------------- the shared corpus
 
+@pytest.mark.slow
 def test_every_corpus_document_loads_from_dict_and_text_and_round_trips(corpus_lines):
   lines = corpus_lines
   assert len(lines) == 1000

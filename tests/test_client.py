@@ -99,6 +99,7 @@ def test_a_miss_answers_none_and_can_queue_the_kernel(server, tmp_path):
   assert Client(server, "sub").http.get("/v1/kernels", params={"name": "sum_all"}).json()["kernels"] == []
 
 
+@pytest.mark.timing
 def test_opts_for_offline_answers_none_quickly(tmp_path):
   k, (_, h) = example("sum_all"), cpu_fingerprint()
   silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers
@@ -114,6 +115,7 @@ def test_opts_for_offline_answers_none_quickly(tmp_path):
   silent.close()
 
 
+@pytest.mark.timing
 def test_a_cache_hit_costs_well_under_50us(tmp_path):
   k, (_, h) = example("matmul_1024"), cpu_fingerprint()
   OptsCache(tmp_path).put({"kernel_key": k.key, "fingerprint": h, "action_space_version": 1, "opts": [{"op": "UPCAST", "axis": 0, "amt": 4}],

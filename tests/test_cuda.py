@@ -52,6 +52,7 @@ def test_cubins_come_with_ptxas_registers_and_spills(arch):
 
 
 @needs_nvrtc
+@pytest.mark.slow
 def test_every_op_cast_and_reduction_of_every_dtype_compiles_scalar_and_vectorised():
   srcs = []
   for k in corner_kernels.KERNELS.values():

@@ -99,6 +99,7 @@ PIXELS = """([r, g, b]) => {
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: `make test` installs Debian's chromium (as root)")
+@pytest.mark.slow
 def test_the_dashboard_in_headless_chromium(server, tmp_path):
   from playwright.sync_api import expect, sync_playwright
   ks = examples()[:3]

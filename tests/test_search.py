@@ -86,6 +86,7 @@ def test_beam_search_is_deterministic_for_given_timings_and_stops_when_a_round_d
   assert len(set(log)) == len(log)  # no schedule measured twice
 
 
+@pytest.mark.timing
 def test_beam_search_respects_candidate_and_time_budgets():
   k = Kernel(matmul(64, 64, 64), cpu.options())
   log: list = []
@@ -106,6 +107,7 @@ def test_a_renderer_exception_is_a_bug_that_ends_the_search_not_a_failed_candida
     tune(reduce("SUM", (64, 64), (1,)), settings=SearchSettings.from_json(dict(beam=2, budget_candidates=20, **FAST)), module="render_bug_backend")
 
 
+@pytest.mark.timing
 def test_the_stop_event_abandons_a_search_promptly():
   stop, out = threading.Event(), []
   def run():

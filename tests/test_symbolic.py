@@ -299,6 +299,7 @@ def test_parse_keeps_declared_bounds():
 def test_parse_rejects_bad_strings_with_symbolic_parse_error(text):
   with pytest.raises(SymbolicParseError): parse(text, V3)
 
+@pytest.mark.timing
 def test_parse_rejects_products_that_multiply_out_to_many_terms_quickly():
   text = "*".join(["(x+y+start_pos)"] * 16)  # 255 characters, 3**16 terms multiplied out
   t0 = time.perf_counter()

@@ -1,5 +1,6 @@
 import glob, json, time
 from dataclasses import replace
+import pytest
 from devices import cpu
 from linearizer import CODEGEN_VERSION
 from search.cache import ResultCache
@@ -11,6 +12,7 @@ KEYS = {"kernel_key", "device", "fingerprint", "action_space_version", "baseline
         "search_s", "verified"}
 
 
+@pytest.mark.slow
 def test_tune_every_example_to_a_verified_winner_then_serve_it_from_the_cache(tmp_path, monkeypatch, capsys):
   monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
   args = ["tune", *EXAMPLES, "--json", "--beam", "2", "--budget-candidates", "10"]
