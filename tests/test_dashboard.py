@@ -1,5 +1,6 @@
 """The dashboard: the JSON endpoints its workers and queue pages read (in-process), and the pages themselves in headless
 Debian Chromium driven by Playwright against a real server holding realistic results."""
+import re
 from pathlib import Path
 import httpx
 import pytest
@@ -153,3 +154,28 @@ def test_the_dashboard_in_headless_chromium(server, tmp_path):
     browser.close()
   assert errors == []
   print(f"\ndashboard screenshots: {tmp_path / 'kernels.png'} {shot}")
+
+
+def test_the_api_docs_page_loads_nothing_from_another_origin(api):
+  html = api.get("/docs").text
+  assets = re.findall(r"""(?:src|href)=["']?([^"' >]+)""", html) + re.findall(r"""url: ?['"]([^'"]+)""", html)
+  assert len(assets) >= 4 and all(a.startswith("/") for a in assets), assets  # the script, the style, the icon, the schema
+  for a in assets: assert api.get(a).status_code == 200, a
+  assert api.get("/redoc").status_code == 404  # ReDoc would come from a CDN: not offered
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: `make test` installs Debian's chromium (as root)")
+@pytest.mark.slow
+def test_the_api_docs_render_in_headless_chromium_with_no_network(server):
+  from playwright.sync_api import expect, sync_playwright
+  elsewhere, errors = [], []
+  with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+    page = browser.new_page()
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(server) else (elsewhere.append(route.request.url), route.abort()))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server + "/docs")
+    expect(page.locator(".opblock-summary-path", has_text="/v1/kernels").first).to_be_visible(timeout=30_000)
+    assert page.locator(".opblock").count() >= 15
+    browser.close()
+  assert elsewhere == [] and errors == []

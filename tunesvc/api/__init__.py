@@ -49,7 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     task.cancel()
     st.close()
 
-  app = FastAPI(title="tunesvc", version="1", description="Kernel autotuning as a service.", lifespan=lifespan,
+  app = FastAPI(title="tunesvc", version="1", description="Kernel autotuning as a service.", lifespan=lifespan, docs_url=None, redoc_url=None,
                 max_body_size=settings.max_body_bytes)
   app.state.settings, app.state.store, app.state.metrics = settings, st, Metrics(st)
   app.state.recent_answers = opts.RecentAnswers(settings.answer_ttl_s)

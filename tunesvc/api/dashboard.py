@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from string import Template
 from fastapi import APIRouter
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from tunesvc.api.kernels import KeyPath
@@ -36,3 +37,9 @@ def models_page(): return page("models", "models")
 
 @router.get("/queue")
 def queue_page(): return page("queue", "queue")
+
+@router.get("/docs")
+def api_docs():
+  """Swagger UI from its vendored files (static/swagger-ui), not a CDN: the API docs work offline."""
+  return get_swagger_ui_html(openapi_url="/openapi.json", title="tunesvc API", swagger_js_url="/static/swagger-ui/swagger-ui-bundle.js",
+                             swagger_css_url="/static/swagger-ui/swagger-ui.css", swagger_favicon_url="/static/swagger-ui/favicon-32x32.png")
