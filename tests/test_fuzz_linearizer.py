@@ -27,6 +27,7 @@ def fuzz_script(*args: str, env: dict[str, str] = {}) -> subprocess.CompletedPro
                         cwd=ROOT, timeout=300, env={**os.environ, **env})
 
 
+@pytest.mark.slow
 def test_a_bounded_fuzz_run_finds_no_failures():
   kernels, skipped = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=80, seed=0, max_positions=1_000_000)
   assert len(kernels) > 700 and skipped > 0
@@ -38,6 +39,7 @@ def test_a_bounded_fuzz_run_finds_no_failures():
   assert set(counts["PASS"]) == {"corpus", "examples", "builders"}, table
 
 
+@pytest.mark.timing  # each case has 2 s: a loaded machine's compile alone can take that
 @pytest.mark.parametrize("first,last,status,says", [
   ("", "  data0[0] += 1;", "MISMATCH", "elements differ"),
   ("  *(volatile int*)0 = 0;", "", "RUN_ERROR", "killed by SIGSEGV running the program"),
@@ -79,6 +81,7 @@ def test_asan_catches_a_read_one_past_the_end_of_an_exact_buffer(tmp_path, monke
   assert "heap-buffer-overflow" in got.message and "READ of size 4" in got.message
 
 
+@pytest.mark.slow
 def test_masked_kernels_under_padto_schedules_stay_inside_their_buffers_under_asan(corpus):
   rng = random.Random(0)
   opts = cpu.options()

@@ -45,6 +45,7 @@ def test_gpu_schedules_match_the_reference(k, opts):
   for vv in var_values(k): run(opencl, "OPENCL", k, opts, vv)
 
 
+@pytest.mark.slow
 def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures():
   kernels, _ = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=40, seed=1, max_positions=100_000)
   with F.Pool(jobs=2, device="OPENCL", timeout=120, max_positions=100_000) as pool: cases = list(pool.run(F.undrawn(kernels, 300, 1)))
