@@ -34,6 +34,7 @@ from linearizer.ast import loads
 from linearizer.dtypes import float32
 from linearizer.kernel import Kernel
 from linearizer.reference import mismatch, poison
+from search.load import OtherLoad, wait_quiet
 from tunesvc.runtime import compile_kernel
 try: from linearizer.heuristic import hand_coded_optimizations
 except ImportError: hand_coded_optimizations = None  # the hand-coded column reads n/a until the module exists
@@ -168,33 +169,6 @@ def measure(fns: dict[str, Callable[[], float]], min_time: float, min_runs: int,
           if sum(ts[n][st:]) >= turn and not blocked: break
   return ts
 
-class Load:
-  """CPU time the rest of the machine used while we measured, in cores: busy ticks of /proc/stat (steal too) less
-  this process's and the tinygrad child's; a busy machine makes the timings noisy, so the report shows it."""
-  TICK = os.sysconf("SC_CLK_TCK")
-  def __init__(self, child: Optional[int]):
-    self.child = child
-    self.start = self._now()
-  def _now(self) -> tuple[float, float, float]:
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    busy = (sum(f[:8]) - f[3] - f[4]) / self.TICK  # all but idle and iowait; guest time is inside user
-    own = sum(os.times()[:2])
-    if self.child is not None:
-      try: own += sum(int(x) for x in Path(f"/proc/{self.child}/stat").read_text().rsplit(")", 1)[1].split()[11:13]) / self.TICK
-      except OSError: pass
-    return time.monotonic(), busy, own
-  def cores(self) -> float:
-    (t0, b0, o0), (t1, b1, o1) = self.start, self._now()
-    return max(0.0, ((b1 - b0) - (o1 - o0)) / (t1 - t0))
-
-def wait_quiet(limit: float, child: Optional[int], max_wait: float) -> float:
-  """Wait (up to max_wait s) for a second in which the rest of the machine uses under `limit` cores; the seconds waited."""
-  st = time.monotonic()
-  while True:
-    load = Load(child)
-    time.sleep(1.0)
-    if load.cores() < limit or time.monotonic() - st >= max_wait: return time.monotonic() - st
-
 def timed(fn: Callable[[], None]) -> Callable[[], float]:
   def run() -> float:
     st = time.perf_counter_ns()
@@ -264,7 +238,7 @@ def bench_kernel(name: str, args, tg: Optional[Tinygrad], tmp: Path, rng: np.ran
 
 def quiet(args, child: Optional[int]) -> None:
   """Wait (up to --quiet-wait s) for the rest of the machine to go idle, saying so when that took a while."""
-  waited = wait_quiet(QUIET, child, args.quiet_wait) if args.quiet_wait > 0 else 0.0
+  waited = wait_quiet(QUIET, args.quiet_wait, *[child] if child else [])[0] if args.quiet_wait > 0 else 0.0
   if waited > 1.5: print(f"  waited {waited:.0f} s for the machine to go quiet", file=sys.stderr)
 
 def measure_quietly(fns: dict[str, Callable[[], float]], args, child: Optional[int]) -> dict:
@@ -273,7 +247,7 @@ def measure_quietly(fns: dict[str, Callable[[], float]], args, child: Optional[i
   res: dict = {}
   for attempt in range(1 + args.retries):
     quiet(args, child)
-    load = Load(child)
+    load = OtherLoad(*[child] if child else [])
     times = measure(fns, args.min_time, args.min_runs, args.max_runs, args.turn, args.blocked)
     if "times" not in res or load.cores() < res["other_load"]: res.update(times=times, other_load=load.cores(), attempts=attempt + 1)
     if res["other_load"] < QUIET: break

@@ -27,6 +27,7 @@ class Candidate:
   compile_s: float = 0.0
   times_s: list[float] = field(default_factory=list)  # every timed run, in order
   verified: bool = False                # its output matched the reference
+  other_load: float = 0.0               # cores the rest of the machine kept busy while it was timed
 
   @property
   def min_s(self) -> Optional[float]: return min(self.times_s) if self.times_s else None
@@ -61,6 +62,10 @@ class SearchResult:
   best_source: str
   search_s: float
   candidates: list[Candidate] = field(default_factory=list)
+  # how the final check measured: other_load (cores busy elsewhere, the most in a round), drift (the baseline's change
+  # between the first and second half of the rounds), retimed (final checks redone: the machine was busy), busy
+  # (contended at any point of the search), spread (the winner's max/min time over the rounds). {} from older workers.
+  conditions: dict = field(default_factory=dict)
 
   @property
   def failed(self) -> int: return sum(c.failed for c in self.candidates)
@@ -73,5 +78,5 @@ class SearchResult:
             "candidates": [c.to_json() for c in self.candidates]}
   @staticmethod
   def from_json(d: dict) -> SearchResult:
-    kw = {f.name: d[f.name] for f in fields(SearchResult) if f.name != "candidates"}
+    kw = {f.name: d[f.name] for f in fields(SearchResult) if f.name != "candidates" and f.name in d}  # newer fields have defaults
     return SearchResult(**{**kw, "speedup_spread": tuple(d["speedup_spread"])}, candidates=[Candidate.from_json(c) for c in d["candidates"]])

@@ -17,6 +17,7 @@ import numpy as np
 from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.fuzz import compare
+from search.load import OtherLoad
 from search.pool import die_with_parent
 from search.result import Status
 
@@ -27,6 +28,7 @@ class Measurement:
   times_s: list[float] = field(default_factory=list)
   error: str = ""
   verified: bool = False
+  other_load: float = 0.0           # cores the rest of the machine kept busy meanwhile (search/load.py)
 
 
 def write_case(d: Path, k: KernelAST, var_vals: dict[str, int], seed: int) -> None:
@@ -81,7 +83,10 @@ def _main(conn: Connection, module: str) -> None:
         lib, name, check, min_time_s, min_runs, max_runs, early_stop_s = args
         key = hashlib.sha256(lib).hexdigest()
         if key not in progs: progs[key] = dev.Program(lib, name)
-        conn.send(case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s))
+        load = OtherLoad()  # this process's own threads are not others'
+        m = case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s)
+        m.other_load = load.cores()
+        conn.send(m)
     except Exception as e: conn.send(Measurement(Status.RUN_ERROR, error=f"{type(e).__name__}: {e}"))
 
 

@@ -18,14 +18,18 @@ from linearizer.kernel import Kernel
 from search.actions import actions_for
 from search.beam import BeamStrategy
 from search.builder import Builder
+from search.load import OtherLoad, wait_quiet
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Status
 from search.runner import Runner, write_case
-from search.settings import SearchSettings
+from search.settings import OnBusy, SearchSettings
 from search.strategy import drive
 
 
 class SearchError(RuntimeError): pass
+
+class DeviceBusy(RuntimeError):
+  """The rest of the machine kept the device contended through every final check: no result (try again later)."""
 
 class SearchStopped(Exception):
   """The caller's stop event was set: the search was abandoned, nothing is stored."""
@@ -53,14 +57,14 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     pool.close()
     search.check_stop()
-    base, win, med, ratios = search.final([c for _, c in measured], [o.to_json() for o in hand.applied_opts])
+    base, win, med, ratios, conditions = search.final([c for _, c in measured], [o.to_json() for o in hand.applied_opts])
   fp = dev.fingerprint()
   return SearchResult(
     kernel_key=ast.key, kernel_name=ast.name or "", device=device, fingerprint=fp, fingerprint_hash=dev.fingerprint_hash(fp),
     action_space_version=ACTION_SPACE_VERSION, settings=s.to_json(), var_vals=vv, flops=ast.flops(vv), bytes=ast.bytes(vv),
     baseline_opts=base.opts, baseline_s=med[id(base)], best_opts=win.opts, best_s=med[id(win)],
     speedup=med[id(base)] / med[id(win)], speedup_spread=(min(ratios), max(ratios)), verified=win.verified,
-    best_source=search.libs[win.source_hash][1], search_s=time.monotonic() - start, candidates=search.candidates)
+    best_source=search.libs[win.source_hash][1], search_s=time.monotonic() - start, candidates=search.candidates, conditions=conditions)
 
 
 class _Search:
@@ -106,13 +110,16 @@ class _Search:
     with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
       m = self.runner.measure(lib, "kernel", check=True, timeout_s=limit, min_time_s=s.min_time_s,
                               early_stop_s=None if best is None else s.early_stop * best)
-    c.status, c.times_s, c.error, c.verified = m.status, m.times_s, m.error, m.verified
+    c.status, c.times_s, c.error, c.verified, c.other_load = m.status, m.times_s, m.error, m.verified, round(m.other_load, 3)
     if c.status is Status.OK: self.libs[c.source_hash] = (lib, src)
     return c
 
   def final(self, measured: list[Candidate], hand_opts: list[dict]):
     """Re-time the fastest few verified candidates and the baseline (the hand-coded one, else the unoptimised one),
-    interleaved; the best median wins. (baseline, winner, medians by id, per-round baseline/winner ratios)."""
+    interleaved; the best median wins. On the CPU a contended check (FinalSettings) is redone once the machine is
+    quiet, and one that stays contended raises DeviceBusy unless the baseline won it: a busy core made THREAD kernels
+    look 100x slower, and a slower winner must never be stored.
+    (baseline, winner, medians by id, per-round baseline/winner ratios, the measurement conditions)."""
     s, early_stop = self.s.final, self.s.measure.early_stop
     ok = sorted((c for c in measured if c.status is Status.OK and c.verified), key=lambda c: c.min_s)
     if not ok:
@@ -120,17 +127,47 @@ class _Search:
       raise SearchError(f"no candidate ran correctly ({len(self.candidates)} tried); seeds: {why}")
     base = next((c for c in ok if c.opts == hand_opts), None) or next((c for c in ok if not c.opts), ok[0])
     finalists = list({id(c): c for c in [c for c in ok[:s.final_top] if c.min_s < early_stop * ok[0].min_s] + [base]}.values())
+    busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
+    for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE else 0)):
+      if attempt: self.wait_quiet()
+      load = OtherLoad(self.runner.proc.pid)
+      rounds = self.final_rounds(finalists)
+      other, drift = load.cores(), _drift(rounds[id(base)])
+      med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
+      win = min(finalists, key=lambda c: (med[id(c)], c is not base))
+      if not (contended := self.options.device == "CPU" and (other >= s.busy_load or drift > s.max_drift)): break
+    if contended and win is not base and s.on_busy == OnBusy.REFUSE:  # a baseline that won is stored: never slower than itself
+      raise DeviceBusy(f"the rest of the machine kept {other:.2f} cores busy (the baseline drifted {drift:.0%}) through "
+                       f"{attempt + 1} final checks: not stored")
+    wt = rounds[id(win)]
+    conditions = {"other_load": round(other, 3), "drift": round(drift, 4), "retimed": attempt,
+                  "busy": busy_search or attempt > 0 or contended, "spread": round(max(wt) / min(wt), 4) if wt else None}
+    return base, win, med, [b / w for b, w in zip(rounds[id(base)], wt)] or [1.0], conditions
+
+  def final_rounds(self, finalists: list[Candidate]) -> dict[int, list[float]]:
+    """Each finalist's best time per round, the rounds rotated so that no candidate always runs first."""
     rounds: dict[int, list[float]] = {id(c): [] for c in finalists}
-    for r in range(s.final_rounds):
-      for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:  # rotated: no candidate always runs first
+    for r in range(self.s.final.final_rounds):
+      for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:
         m = self.runner.measure(self.libs[c.source_hash][0], "kernel", check=False, timeout_s=max(10.0, 50 * c.min_s),
                                 min_time_s=self.s.measure.min_time_s / 2, min_runs=1)
         if m.status is Status.OK: rounds[id(c)].append(min(m.times_s))
       self.check_stop()
       if self.progress: self.progress(len(self.candidates), self.best_s)
-    med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
-    win = min(finalists, key=lambda c: (med[id(c)], c is not base))
-    return base, win, med, [b / w for b, w in zip(rounds[id(base)], rounds[id(win)])] or [1.0]
+    return rounds
+
+  def wait_quiet(self) -> None:
+    """Up to quiet_wait_s for a quiet second (the stop event is seen each second)."""
+    end = time.monotonic() + self.s.final.quiet_wait_s
+    while time.monotonic() < end and wait_quiet(self.s.final.busy_load, 0, self.runner.proc.pid)[1] >= self.s.final.busy_load:
+      self.check_stop()
+
+
+def _drift(ts: list[float]) -> float:
+  """How far the second half of the rounds' median is from the first half's (0.25: 25% apart either way)."""
+  if len(ts) < 2: return 0.0
+  a, b = statistics.median(ts[:len(ts) // 2]), statistics.median(ts[len(ts) // 2:])
+  return max(a, b) / min(a, b) - 1 if min(a, b) > 0 else 0.0
 
 
 def _failed(c: Candidate, status: Status, error: str) -> Candidate:

@@ -1,4 +1,5 @@
-import json, threading, time
+import json, os, subprocess, sys, threading, time
+from types import SimpleNamespace
 import pytest
 from devices import cpu
 from linearizer.builders import matmul, reduce
@@ -11,7 +12,9 @@ from search.builder import RenderBug
 from search.result import Candidate, SearchResult, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
-from search.tune import SearchStopped, tune
+from search import tune as search_tune
+from search.runner import Measurement
+from search.tune import DeviceBusy, SearchStopped, tune
 from workers.worker import settings_of
 import fault_backend
 
@@ -129,3 +132,54 @@ def test_settings_are_one_flat_definition_split_by_stage_and_unknown_names_are_r
   with pytest.raises(ValueError, match="beem"): SearchSettings.from_json({"beem": 3})
   with pytest.raises(ValueError, match="workers"): settings_of({"settings": {"workers": 8}})  # the machine's, not a job's
   assert settings_of({"settings": {"beam": 2, "action_space_version": 1}}).strategy.beam == 2
+
+
+class _ScriptedRunner:
+  """The final check's runner: each library's time comes from `times` (quiet or contended, as the load says)."""
+  def __init__(self, loads, times):
+    self.proc, self.loads, self.times, self.checks = SimpleNamespace(pid=os.getpid()), iter(loads), times, 0
+  def load(self, *pids):  # search.tune.OtherLoad: one reading per final check
+    self.checks += 1
+    return SimpleNamespace(cores=lambda v=next(self.loads): v)
+  def measure(self, lib, name, **kw): return Measurement(Status.OK, [self.times[self.checks - 1][lib]])
+
+
+@pytest.mark.parametrize("loads,quiet_after,want", [
+  ((1.5, 0.0), 1, "baseline"),        # contended (the THREAD baseline looked 5x slower), then quiet: the quiet check decides
+  ((1.5, 1.5, 1.5), 9, DeviceBusy),   # contended throughout, a single-threaded schedule ahead: nothing is stored
+])
+def test_a_contended_final_check_is_redone_when_quiet_and_never_stores_a_slower_winner(monkeypatch, loads, quiet_after, want):
+  base = Candidate([{"op": "THREAD", "axis": 0, "amt": 2}], Status.OK, 0, "base", times_s=[1.0], verified=True)
+  single = Candidate([{"op": "UPCAST", "axis": 0, "amt": 4}], Status.OK, 1, "single", times_s=[0.9], verified=True, other_load=1.2)
+  times = [{b"base": 1.0 if i >= quiet_after else 5.0, b"single": 2.0} for i in range(len(loads))]
+  runner = _ScriptedRunner(loads, times)
+  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
+  monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: None)
+  s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
+  search = search_tune._Search(cpu, s, None, None, runner, None, None)
+  search.libs, search.candidates = {"base": (b"base", ""), "single": (b"single", "")}, [base, single]
+  if want is DeviceBusy:
+    with pytest.raises(DeviceBusy, match="cores busy"): search.final([base, single], base.opts)
+    return
+  b, win, med, ratios, cond = search.final([base, single], base.opts)
+  assert win is base and med[id(base)] == 1.0 and cond["retimed"] == 1 and cond["busy"] and cond["other_load"] == 0.0
+
+
+def test_tune_while_another_process_keeps_a_core_busy_stores_no_winner_slower_than_the_baseline_and_says_it_was_busy():
+  # the done-when test of issue 13: a spinning process the whole time; the THREAD baseline suffers most from it
+  k = reduce("SUM", (1024, 1024), (1,))
+  spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+  try:
+    s = SearchSettings.from_json(dict(beam=2, budget_candidates=12, min_time_s=0.01, final_rounds=5, busy_retries=1, quiet_wait_s=2,
+                                      on_busy="refuse"))
+    try: r = tune(k, settings=s)
+    except DeviceBusy as e:  # never quiet: given back, nothing stored
+      print(f"DeviceBusy: {e}")
+      assert "cores busy" in str(e) and "not stored" in str(e)
+      return
+  finally:
+    spin.kill()
+    spin.wait()
+  print(r.conditions, r.best_opts, r.baseline_opts)
+  assert r.conditions["busy"] and r.conditions["retimed"] == 1 and any(c.other_load >= 0.5 for c in r.candidates)
+  assert r.best_opts == r.baseline_opts  # a contended check is stored only when the baseline won it

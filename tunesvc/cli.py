@@ -206,7 +206,7 @@ def cmd_tune(args) -> int:
   from search.cache import ResultCache
   from search.builder import RenderBug
   from search.settings import SearchSettings
-  from search.tune import SearchError, tune
+  from search.tune import DeviceBusy, SearchError, tune
   try: dev = registry.get(args.device)
   except ValueError as e: _fail(f"ERROR --device: {e}")
   settings = SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, "seed": args.seed})
@@ -223,8 +223,8 @@ def cmd_tune(args) -> int:
       if r is None:
         with progress.kernel(name, settings) as show:
           try: r = tune(k, args.device, settings, progress=show)
-          except (SearchError, RenderBug) as e:
-            ok = False
+          except (SearchError, RenderBug, DeviceBusy) as e:
+            ok, e = False, f"device busy: {e}" if isinstance(e, DeviceBusy) else e
             print(json.dumps({"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": str(e)}) if args.json else f"FAILED {name}: {e}")
             continue
         cache.put(r)
@@ -232,10 +232,12 @@ def cmd_tune(args) -> int:
         print(json.dumps({"kernel_key": r.kernel_key, "kernel_name": name, "device": r.device, "fingerprint": r.fingerprint_hash,
                           "action_space_version": r.action_space_version, "baseline_s": r.baseline_s, "best_s": r.best_s,
                           "best_opts": r.best_opts, "speedup": r.speedup, "speedup_spread": list(r.speedup_spread),
-                          "candidates": len(r.candidates), "failed": r.failed, "search_s": r.search_s, "verified": r.verified, "cached": cached}))
+                          "candidates": len(r.candidates), "failed": r.failed, "search_s": r.search_s, "verified": r.verified, "cached": cached,
+                          "conditions": r.conditions}))
       else:
         lo, hi = r.speedup_spread
-        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", rate(r.flops, r.bytes, r.best_s), f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f})",
+        busy = " busy" if r.conditions.get("busy") else ""  # measured while the rest of the machine contended the device
+        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", rate(r.flops, r.bytes, r.best_s), f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f}){busy}",
                       str(len(r.candidates)), str(r.failed), "cached" if cached else f"{r.search_s:.1f} s", opts_text(r.best_opts))
   if not args.json: print_table(table)
   return 0 if ok else 1

@@ -9,7 +9,7 @@ from linearizer.ast import KernelValidationError, load
 from linearizer import ACTION_SPACE_VERSION
 from search.builder import RenderBug
 from search.settings import SearchSettings
-from search.tune import SearchError, SearchStopped, tune
+from search.tune import DeviceBusy, SearchError, SearchStopped, tune
 from tunesvc.client import Client, ServiceError
 from workers.confirm import CONFIRM_KEYS, confirm
 
@@ -79,6 +79,9 @@ class Worker:
     except SearchStopped:
       if not lost.is_set(): self.client.release(self.id, jid)  # stopping: back to the queue, no attempt spent
       return False
+    except DeviceBusy as e:  # back to the queue with the reason: another attempt, later, may find the machine quiet
+      self.client.fail(self.id, jid, f"device busy: {e}", retry=True)
+      return True
     except (KernelValidationError, SearchError, RenderBug) as e:  # the same input fails the same way: no retry
       self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=False)
       return True

@@ -150,9 +150,12 @@ class ResultOut(ResultSummary):
   measurements: list[MeasurementOut] = Field(description="every candidate the search measured, failures too")
   best_source: str = Field(description="the winner's rendered source")
   confirmed_by: Optional[int] = Field(description="the confirm measurement's result")
+  conditions: dict[str, Any] = Field({}, description="how the final check measured: other_load (cores busy elsewhere), drift, retimed, "
+                                     "busy, spread (search/result.py); {} for results of older workers")
 
   @classmethod
-  def of(cls, r: Result, **extra) -> ResultOut: return super().of(r, best_source=r.result["best_source"], confirmed_by=r.confirmed_by, **extra)
+  def of(cls, r: Result, **extra) -> ResultOut:
+    return super().of(r, best_source=r.result["best_source"], confirmed_by=r.confirmed_by, conditions=r.result.get("conditions", {}), **extra)
 
 class KernelDetail(KernelSummary):
   document: dict[str, Any]

@@ -29,7 +29,7 @@ function result(k, r) {
   document.getElementById("summary").replaceChildren(
     `baseline (hand-coded) ${secs(r.baseline_s)} → best ${secs(r.best_s)}: `, el("b", {}, `${r.speedup.toFixed(2)}×`),
     ` · ${rate(k.flops, k.bytes, r.best_s)} · ${r.verified ? "verified" : "NOT verified"} · ${r.measurements.length} candidates in ${r.search_s.toFixed(1)} s`,
-    ` · action space v${r.action_space_version} · fingerprint `, el("code", {}, r.fingerprint));
+    ` · action space v${r.action_space_version} · fingerprint `, el("code", {}, r.fingerprint), conditions(r.conditions));
   document.getElementById("opts").textContent = optsText(r.opts);
   document.getElementById("source").textContent = r.best_source;
   const winner = JSON.stringify(r.opts);
@@ -37,6 +37,14 @@ function result(k, r) {
     i, m.round, el("code", {}, optsText(m.opts)), stateTag(m.status), m.error, secs(m.min_s), m.times.length, secs(m.compile_s)],
     ([, m]) => JSON.stringify(m.opts) === winner ? "winner" : null, "the search measured nothing");
   curve(document.getElementById("curve"), r.measurements);
+}
+
+// how the final check measured; a busy machine is said in bold: its timings were re-taken or the baseline kept
+function conditions(c) {
+  if (c?.other_load === undefined) return "";
+  const text = `other load ${c.other_load.toFixed(2)} cores, drift ${(100 * c.drift).toFixed(0)}%, spread ${c.spread?.toFixed(2) ?? "–"}×` +
+    (c.retimed ? `, re-timed ${c.retimed}×` : "");
+  return c.busy ? el("span", {}, " · ", el("b", {}, "measured on a busy machine"), ` (${text})`) : ` · ${text}`;
 }
 
 // x: candidates measured so far; y (log): each candidate's fastest run, and the fastest verified one up to there
