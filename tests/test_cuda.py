@@ -3,10 +3,9 @@ corpus kernels under random GPU schedules (bench/cuda_compile_report.py does the
 op, cast and reduction of every dtype, scalar and as vectors -- and reports ptxas's registers and spills; without a
 driver the backend is not available. With an NVIDIA GPU: device buffers, launches timed by events, fingerprint,
 options, the GPU schedules and a fuzz run against the reference (the codegen corner cases run there too)."""
-import collections, math, sys
+import collections, math
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
 import pytest
 import corner_kernels
 from devices import cuda, nvrtc, registry
@@ -15,10 +14,9 @@ from linearizer.builders import alu, kernel, ld, matmul, st
 from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
 from linearizer.lower import lower
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import cuda_compile_report as R  # noqa: E402
-import fuzz_linearizer as F  # noqa: E402
+import cuda_cases as R
+import fuzz_harness as F
+
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="no NVRTC (pip install nvidia-cuda-nvrtc: the test extra has it)")
 needs_gpu = pytest.mark.skipif(not cuda.available(), reason="no NVIDIA GPU (no CUDA driver with a device)")

@@ -9,9 +9,9 @@ from linearizer import builders as B
 from linearizer.fuzz import Case, draw_opts, draw_var_vals, positions
 from linearizer.kernel import Kernel, Opt, OptError
 
+import fuzz_harness as F
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import fuzz_linearizer as F  # noqa: E402
 
 
 def planted_cc(tmp_path: Path, first: str = "", last: str = "") -> dict[str, str]:

@@ -2,7 +2,7 @@
 the HIP renderer's source of every op, cast and reduction of every dtype, scalar and as vectors, and of a corpus
 sample under random GPU schedules, builds for gfx90a (and code-generates for gfx1100). With an AMD GPU: the GPU
 schedules against the reference, fingerprint and options."""
-import dataclasses, os, shutil, subprocess, sys
+import dataclasses, os, shutil, subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import pytest
@@ -17,9 +17,8 @@ from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.lower import lower
 from linearizer.tensor_cores import RDNA3
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import cuda_compile_report as R  # noqa: E402
+import cuda_cases as R
+
 
 HIPCC = shutil.which("hipcc")
 # CDNA2 (MI200) built whole; RDNA3 code-generated only, its device-library calls left unresolved: Debian's ROCm 5.2

@@ -9,9 +9,9 @@ from gpu_schedules import IDS, SCHEDULES, host_arrays_round_trip, run, var_value
 from linearizer.builders import matmul, reduce
 from linearizer.render_c import LAUNCH
 
+import fuzz_harness as F
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import fuzz_linearizer as F  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not opencl.available(), reason="no OpenCL device (install pocl-opencl-icd ocl-icd-libopencl1)")
 
