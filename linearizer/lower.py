@@ -85,12 +85,12 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   bufs = [(b.buf, b.dtype) for b in k.ast.buffers]
   for b, dt in bufs: emit(UOp(UOps.DEFINE_GLOBAL, dt, (), b))
   for v in k.ast.vars: emit(UOp(UOps.DEFINE_VAR, None, (), v))
-  loop_vars: dict[int, sint] = {i: 0 if full[i] == 1 else Var(f"{'r' if k.is_reduce_axis(i) else 'g'}{i}", 0, smax(full[i]) - 1) for i in range(up)}
+  loop_vars: dict[int, sint] = {i: 0 if full[i] == 1 else Var(f"{'_r' if k.is_reduce_axis(i) else '_g'}{i}", 0, smax(full[i]) - 1) for i in range(up)}
   gpu, gfr = k.options.has_local, k.group_for_reduces
   gdims, ldims, outer_axes = [], [], range(fr)
   if gpu:
-    gidx, gdims, outer_axes = _launch("gidx", range(k.thread_dims, fr - k.local_dims), full, k.options.global_max)
-    lidx, ldims, _ = _launch("lidx", range(fr - k.local_dims, fr + gfr), full, k.options.local_max)  # int sizes: always fit
+    gidx, gdims, outer_axes = _launch("_gidx", range(k.thread_dims, fr - k.local_dims), full, k.options.global_max)
+    lidx, ldims, _ = _launch("_lidx", range(fr - k.local_dims, fr + gfr), full, k.options.local_max)  # int sizes: always fit
     loop_vars.update(gidx)
     loop_vars.update(lidx)
   upcast_axes = list(range(up, n))
@@ -214,7 +214,7 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     emit(UOp(UOps.IF, None, (), lt(sum(loop_vars[i] for i in range(fr, fr + gfr)), 1)), dedup=False)
     grouped = [i for i in range(fr, fr + gfr) if full[i] != 1]
     mid = [i for i in grouped if i in k.upcast_in_mid_reduce]
-    tvars = {i: Var(f"t{i}", 0, full[i] - 1) for i in grouped if i not in mid}
+    tvars = {i: Var(f"_t{i}", 0, full[i] - 1) for i in grouped if i not in mid}
     add, done = folder(define_accs(accs))
     for i, v in tvars.items(): emit(UOp(UOps.LOOP, None, (), (v, full[i], 0)), dedup=False)
     for m in itertools.product(*(range(full[i]) for i in mid)):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DType, bool_
 from linearizer.lower import Program, UOps
-from linearizer.symbolic import Var, evaluate, mod, parse, render
+from linearizer.symbolic import Var, evaluate, mod, parse, render, substitute
 from linearizer.tensor_cores import opencl_wmma
 
 
@@ -229,6 +229,10 @@ def launch_sizes(launch: dict, var_vals: Sequence[int]) -> tuple[list[int], list
 
 def render_source(prog: Program, lang: Lang) -> str:
   names: dict[int, str] = {}
+  # a kernel's own variables are renamed apart: no generated name (v1, acc4, data0; the linearizer's start with "_"), type,
+  # macro or builtin of any of the languages (int, NAN, threadIdx) starts with "var_"
+  user = {v.name: Var(f"var_{v.name}", v.min, v.max) for v in prog.vars}
+  def ex(x) -> str: return render(substitute(x, user) if user else x, c=True)
   types: dict[int, str] = {}  # the C type of every value
   body: list[str] = []
   depth = 1
@@ -237,8 +241,8 @@ def render_source(prog: Program, lang: Lang) -> str:
     names[i] = f"v{i}"
     line(f"{types[i]} v{i} = {e};")
   def buf(b) -> str: return f"data{b}" if isinstance(b, int) else b  # a kernel argument or local memory
-  def ptr(b, idx) -> str: return f"{buf(b)}+{render(idx, c=True)}"
-  def at(b, idx) -> str: return f"{buf(b)}[{render(idx, c=True)}]"
+  def ptr(b, idx) -> str: return f"{buf(b)}+{ex(idx)}"
+  def at(b, idx) -> str: return f"{buf(b)}[{ex(idx)}]"
   def vmem(fmt: str, aligned: str, idx, n: int) -> str:
     """A vector access, as one aligned access where the index is a multiple of the lanes (buffers and local memory start
     aligned to a vector)."""
@@ -262,14 +266,14 @@ def render_source(prog: Program, lang: Lang) -> str:
     elif op is UOps.BARRIER: line(lang.barrier)
     elif op is UOps.VBROADCAST: define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
     elif op is UOps.VBUILD: define(i, lang.vbuild.format(xs=", ".join(src), vt=types[i]))
-    elif op is UOps.VALID: names[i] = render(u.arg, c=True)
+    elif op is UOps.VALID: names[i] = ex(u.arg)
     elif op is UOps.LOOP:
       var, end, threads = u.arg
       if threads: line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
-      line(f"for ({lang.index} {var.name} = 0; {var.name} < {render(end, c=True)}; {var.name}++) {{")
+      line(f"for ({lang.index} {var.name} = 0; {var.name} < {ex(end)}; {var.name}++) {{")
       depth += 1
     elif op is UOps.IF:
-      line(f"if ({render(u.arg, c=True)}) {{")
+      line(f"if ({ex(u.arg)}) {{")
       depth += 1
     elif op in (UOps.ENDLOOP, UOps.ENDIF):
       depth -= 1
@@ -286,12 +290,12 @@ def render_source(prog: Program, lang: Lang) -> str:
       val = src[0]
       if isinstance(b, int) and (bdt := prog.buffers[b][1]).name in lang.store: val = lang.store[bdt.name].format(val)
       store = f"{at(b, idx)} = {val};" if u.vec == 1 else vmem(lang.vstore, lang.vstore_aligned, idx, u.vec).format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
-      line(store if valid == 1 else f"if ({render(valid, c=True)}) {store}")
+      line(store if valid == 1 else f"if ({ex(valid)}) {store}")
     elif op is UOps.LOAD:
       b, idx, valid = u.arg
       x = at(b, idx) if u.vec == 1 else vmem(lang.vload, lang.vload_aligned, idx, u.vec).format(n=u.vec, p=ptr(b, idx), vt=types[i])
       if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
-      define(i, x if valid == 1 else f"(({render(valid, c=True)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
+      define(i, x if valid == 1 else f"(({ex(valid)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
     elif op is UOps.WMMA:
       names[i] = src[0]
       na = u.arg.elements("a")
@@ -302,7 +306,7 @@ def render_source(prog: Program, lang: Lang) -> str:
       define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))
     else: define(i, expr(i, u.arg, src))
   q = f" {lang.restrict}" if lang.restrict else ""
-  args = [f"{lang.buffer}{lang.storage_type(dt)}*{q} data{b}" for b, dt in prog.buffers] + [lang.var_arg.format(v.name) for v in prog.vars]
+  args = [f"{lang.buffer}{lang.storage_type(dt)}*{q} data{b}" for b, dt in prog.buffers] + [lang.var_arg.format(user[v.name].name) for v in prog.vars]
   args = [lang.arg.format(a, i=i) for i, a in enumerate(args)] + ([lang.id_args] if lang.id_args else [])
   attrs = lang.bounds.format(dims=", ".join(map(str, (list(prog.local) + [1, 1, 1])[:3])), n=math.prod(prog.local))
   head = launch_line(prog) if lang.ids else ""

@@ -127,7 +127,7 @@ def test_schedules_keep_matmul_and_conv_results(opts):
 def test_symbolic_kernel_takes_its_variable_as_an_argument():
   k = symbolic_sum(rows=4, var=("n", 1, 64))
   src, _, _ = compile_kernel(k, "CPU", [Opt("UPCAST", 0, 2)])
-  assert "int n)" in src
+  assert "int var_n)" in src  # a kernel's variable, renamed apart (tests/test_names.py)
   for n in (1, 17, 64): check(k, var_vals={"n": n}, opts=[Opt("UPCAST", 0, 2)])
 
 

@@ -34,7 +34,7 @@ def test_kernel_signature_work_item_attributes_threadgroup_memory_and_variables(
   assert "kernel void tunesvc_kernel(device float* data0 [[buffer(0)]]," in src
   assert "uint3 gid [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]])" in src
   assert "threadgroup float temp[" in src and "threadgroup_barrier(mem_flags::mem_threadgroup);" in src and "= lid.y;" in src
-  assert "constant int& n [[buffer(2)]]" in metal(symbolic_sum(8, ("n", 1, 30)))
+  assert "constant int& var_n [[buffer(2)]]" in metal(symbolic_sum(8, ("n", 1, 30)))
 
 
 def test_vectors_and_float64_are_refused():
