@@ -14,6 +14,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Optional
 import numpy as np
+from devices.guard import Guarded
 from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.fuzz import compare
@@ -47,17 +48,30 @@ class _Case:
     self.k = loads((d / "kernel.json").read_text())
     self.vv, self.var_args = var_vals, [var_vals[v.name] for v in self.k.vars]
     self.inputs = [np.load(d / f"in{i}.npy", mmap_mode="r") for i in range(len(self.k.buffers))]
-    self.bufs = [dev.alloc(x.size, x.dtype) for x in self.inputs]
-    for b, x in zip(self.bufs, self.inputs): dev.copyin(b, x)
+    self.guarded = [Guarded(dev, x.size, x.dtype, seed=i) for i, x in enumerate(self.inputs)]  # a stray write fails the candidate
+    for g, x in zip(self.guarded, self.inputs): g.fill(x)
+    self.bufs = [g.buf for g in self.guarded]
     self.want = [np.load(d / "want.npy")] + self.inputs[1:]
     self.bounds = (np.load(d / "lo.npy"), np.load(d / "hi.npy")) if (d / "lo.npy").exists() else None
     self.poison = np.array(self.inputs[0])  # buffer 0 starts poisoned
 
   def run(self, prog) -> float:
-    self.dev.copyin(self.bufs[0], self.poison)
+    self.guarded[0].fill(self.poison)
     return prog.time(*self.bufs, var_vals=self.var_args)
 
+  def trampled(self) -> Optional[Measurement]:
+    """The guard check after a candidate's runs: a write outside its buffers fails it, and the guards are laid again."""
+    for i, g in enumerate(self.guarded):
+      if msg := g.trampled():
+        for j, x in enumerate(self.inputs): self.guarded[j].fill(x)
+        return Measurement(Status.CRASH, error=f"out-of-bounds write around buffer {i}: {msg}")
+    return None
+
   def measure(self, prog, check: bool, min_time_s: float, min_runs: int, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
+    m = self._measure(prog, check, min_time_s, min_runs, max_runs, early_stop_s)
+    return self.trampled() or m
+
+  def _measure(self, prog, check: bool, min_time_s: float, min_runs: int, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
     first = self.run(prog)  # warm-up: code and data into caches, threads started
     if early_stop_s is not None and first > 2 * early_stop_s: return Measurement(Status.SLOW, [first])  # clearly slow even cold
     times: list[float] = []
@@ -66,7 +80,7 @@ class _Case:
       if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement(Status.SLOW, times)
       if len(times) >= min_runs and sum(times) >= min_time_s: break
     if not check: return Measurement(Status.OK, times)
-    if msg := compare(self.k, [self.dev.copyout(b) for b in self.bufs], self.want, self.vv, self.bounds): return Measurement(Status.MISMATCH, times, msg)
+    if msg := compare(self.k, [g.contents() for g in self.guarded], self.want, self.vv, self.bounds): return Measurement(Status.MISMATCH, times, msg)
     return Measurement(Status.OK, times, verified=True)
 
 

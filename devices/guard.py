@@ -1,0 +1,43 @@
+"""Guard regions around a device buffer handed to an untrusted candidate: random canary bytes after its end and, where the
+device's memory is host memory (a numpy array: a view can start inside the allocation), before its start too. A candidate
+that writes out of bounds changes them; `trampled` says where, and the runner fails the candidate (a write that lands in
+a guard never reaches the runner's other memory)."""
+from __future__ import annotations
+from typing import Optional
+import numpy as np
+import numpy.typing as npt
+
+GUARD_BYTES = 64 << 10  # on each side: a candidate's stray write is rarely farther (an unmasked tile, a wrong stride)
+
+
+class Guarded:
+  def __init__(self, dev, n: int, dtype: npt.DTypeLike, seed: int = 0):
+    self.dev, self.n, dt = dev, n, np.dtype(dtype)
+    g = GUARD_BYTES // dt.itemsize  # a multiple of any vector width: the buffer keeps the allocation's alignment
+    self.raw = dev.alloc(g + n + g, dt)
+    self.host = isinstance(self.raw, np.ndarray)
+    self.lead = g if self.host else 0
+    self.canary = np.random.default_rng(seed).integers(0, 256, 2 * g * dt.itemsize, np.uint8).view(dt)  # a device's: all after the end
+    self.buf = self.raw[self.lead:self.lead + n] if self.host else self.raw  # what the candidate is given
+    self.fill(np.zeros(n, dt))
+
+  def _padded(self, x: np.ndarray) -> np.ndarray: return np.concatenate([self.canary[:self.lead], x.reshape(-1), self.canary[self.lead:]])
+
+  def fill(self, x: np.ndarray) -> None:
+    """The buffer's contents, with fresh guards (on a device, one copy of both)."""
+    if self.host:
+      self.raw[:self.lead], self.raw[self.lead + self.n:] = self.canary[:self.lead], self.canary[self.lead:]
+      self.dev.copyin(self.buf, x)
+    else: self.dev.copyin(self.raw, self._padded(x))
+
+  def contents(self) -> np.ndarray:
+    return self.buf if self.host else self.dev.copyout(self.raw)[:self.n]
+
+  def trampled(self) -> Optional[str]:
+    """None while both guards hold their canaries; else which bytes a write outside the buffer changed."""
+    raw = self.raw if self.host else self.dev.copyout(self.raw)
+    got = np.concatenate([raw[:self.lead], raw[self.lead + self.n:]]).view(np.uint8)
+    if (bad := np.flatnonzero(got != self.canary.view(np.uint8))).size == 0: return None
+    lead_b, item = self.lead * self.canary.itemsize, self.canary.itemsize
+    where = [f"{lead_b - b} bytes before its start" if b < lead_b else f"{b - lead_b} bytes past its end" for b in (bad[0], bad[-1])]
+    return f"{bad.size} guard bytes changed ({item}-byte elements), from {where[0]} to {where[1]}"
