@@ -179,3 +179,15 @@ def test_the_api_docs_render_in_headless_chromium_with_no_network(server):
     assert page.locator(".opblock").count() >= 15
     browser.close()
   assert elsewhere == [] and errors == []
+
+
+def test_a_worker_silent_past_the_offline_time_shows_offline(tmp_path):
+  from test_api import make_client
+  with make_client(tmp_path, worker_offline_s=0.5) as api:
+    job, = submit(api, examples()[:1])
+    quiet, busy = register(api, "quiet"), register(api, "busy")
+    assert claim(api, busy, lease_s=60)["job_id"] == job["job_id"]
+    import time
+    time.sleep(1)
+    states = {w["name"]: w["state"] for w in api.get("/v1/workers", headers=SUB).json()["workers"]}
+    assert states == {"quiet": "offline", "busy": "busy"}  # its lease still holds: searching, not dead

@@ -1,6 +1,6 @@
 """Workers against a real server: a job searched and reported end to end, SIGTERM giving the job back, and a worker
 killed with SIGKILL mid-search whose job another worker finishes once the lease expires."""
-import os, signal, subprocess, sys, time
+import os, signal, socket, subprocess, sys, threading, time
 from linearizer import reference
 from linearizer.builders import reduce
 from linearizer.fuzz import compare
@@ -86,3 +86,47 @@ def test_serve_runs_the_api_with_a_local_worker_and_stops_cleanly(tmp_path):
   finally:
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == 0
+
+
+OUTAGE_S = float(os.environ.get("TUNESVC_TEST_OUTAGE_S", 30))  # the issue's outage; shorter where a quick run is wanted
+
+def api_process(db: str, port: int) -> subprocess.Popen:
+  env = {**os.environ, "TUNESVC_TOKENS": "sub:submit,wrk:worker", "TUNESVC_TOKENS_FILE": ""}
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--workers", "0", "--db", db], env=env,
+                       stdout=subprocess.DEVNULL)
+  wait_for(lambda: Client(f"http://127.0.0.1:{port}").http.get("/healthz").status_code == 200 if _up(port) else False, timeout=60)
+  return p
+
+def _up(port: int) -> bool:
+  with socket.socket() as s: return s.connect_ex(("127.0.0.1", port)) == 0
+
+def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp_path):
+  """The real API process is killed while the worker searches and stays away OUTAGE_S: the worker keeps its finished
+  result, retries with backoff and reports it once the API is back; the job ends done, searched once."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  db, url = f"sqlite:///{tmp_path}/outage.db", f"http://127.0.0.1:{port}"
+  api = api_process(db, port)
+  user, wc = Client(url, "sub"), Client(url, "wrk")
+  job, = user.submit([reduce("SUM", (512, 512), (1,))], "CPU", SEARCH)
+  w = Worker(wc, "CPU", lease_s=10)
+  searched = threading.Thread(target=w.run, kwargs={"max_jobs": 2})  # the search, then its confirmation
+  searched.start()
+  try:
+    wait_for(lambda: user.job(job["job_id"])["state"] == "running")
+    api.kill()  # a crash, mid-search
+    api.wait()
+    time.sleep(OUTAGE_S)
+    assert searched.is_alive()  # the worker is still there, holding its result
+    api = api_process(db, port)
+    searched.join(180)
+    assert not searched.is_alive()
+    j = user.job(job["job_id"])
+    assert j["state"] == "done" and j["result"]["status"] == "confirmed" and j["result"]["worker_id"] == w.id, j
+    assert [r["job_id"] for r in user.kernel(j["kernel_key"])["results"]] == [job["job_id"], job["job_id"] + 1]  # searched once, confirmed once
+  finally:
+    w.stopping.set()
+    searched.join(60)
+    api.terminate()
+    api.wait(30)

@@ -3,7 +3,8 @@ heartbeats while it does, and reports the result -- or why it failed. SIGTERM or
 in progress goes back to the queue without costing an attempt. It talks to the service over HTTP only."""
 from __future__ import annotations
 import logging, os, signal, socket, threading, time
-from typing import Optional
+from typing import Callable, Optional
+import httpx
 from devices import registry
 from linearizer.ast import KernelValidationError, load
 from linearizer import ACTION_SPACE_VERSION
@@ -14,6 +15,7 @@ from tunesvc.client import Client, ServiceError
 from workers.confirm import CONFIRM_KEYS, confirm
 
 log = logging.getLogger("tunesvc.worker")
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # the backoff while the service is away
 
 
 def settings_of(job: dict) -> SearchSettings:
@@ -53,8 +55,7 @@ class Worker:
     jid, lost, stop, done = job["job_id"], threading.Event(), threading.Event(), threading.Event()
     try: settings = settings_of(job)
     except ValueError as e:  # a job this worker cannot search as asked: no retry either
-      self.client.fail(self.id, jid, f"bad search settings: {e}", retry=False)
-      return True
+      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"bad search settings: {e}", retry=False))
     def beat() -> None:  # heartbeats; and the search's stop once the lease is lost or the worker is stopping
       next_beat = time.monotonic() + self.lease_s / 4
       while not done.wait(0.1):
@@ -73,25 +74,42 @@ class Worker:
       if job.get("kind") == "confirm":
         result = confirm(load(job["kernel"]), self.device, job["settings"]["opts"], settings, module=self.module, stop=stop)
       else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop)
-      self.client.report(self.id, jid, result)
-      log.info("job %s: %s %.3g ms -> %.3g ms", jid, job["kernel_key"][:12], result.baseline_s * 1e3, result.best_s * 1e3)
-      return True
     except SearchStopped:
-      if not lost.is_set(): self.client.release(self.id, jid)  # stopping: back to the queue, no attempt spent
+      if not lost.is_set(): self.deliver(jid, "release", lambda: self.client.release(self.id, jid))  # stopping: no attempt spent
       return False
     except DeviceBusy as e:  # back to the queue with the reason: another attempt, later, may find the machine quiet
-      self.client.fail(self.id, jid, f"device busy: {e}", retry=True)
-      return True
+      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"device busy: {e}", retry=True))
     except (KernelValidationError, SearchError, RenderBug) as e:  # the same input fails the same way: no retry
-      self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=False)
-      return True
+      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=False))
     except Exception as e:
       log.exception("job %s failed", jid)
-      self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=True)
-      return True
+      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=True))
     finally:
       done.set()
       hb.join()
+    if self.deliver(jid, "result", lambda: self.client.report(self.id, jid, result)):
+      log.info("job %s: %s %.3g ms -> %.3g ms", jid, job["kernel_key"][:12], result.baseline_s * 1e3, result.best_s * 1e3)
+    return True
+
+  def deliver(self, jid: int, what: str, call: Callable[[], object]) -> bool:
+    """Send a finished job's outcome, riding out the service being away (network errors, 5xx: again after a backoff that
+    doubles to RETRY_MAX_S, for as long as it takes -- a finished search is kept, not lost); True once it is taken.
+    A refusal (4xx: the job was taken away, the result rejected) is logged and dropped: sending it again cannot help."""
+    delay = RETRY_FIRST_S
+    while True:
+      try:
+        call()
+        return True
+      except ServiceError as e:
+        if e.status < 500:
+          log.error("job %s: the service refused the %s: %s", jid, what, e)
+          return False
+        err: Exception = e
+      except httpx.TransportError as e: err = e
+      if self.stopping.is_set(): return False  # shutting down: the lease lapses instead and the job is searched again
+      log.warning("job %s: cannot send the %s (%s): again in %.1f s", jid, what, err, delay)
+      time.sleep(delay)
+      delay = min(2 * delay, RETRY_MAX_S)
 
 
 def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, max_jobs: Optional[int] = None) -> int:

@@ -178,7 +178,7 @@ class WorkerRow(BaseModel):
   device: str
   fingerprint: str
   last_heartbeat: float = Field(description="Unix seconds of its last claim, heartbeat or report")
-  state: str = Field(description="idle or busy, as of its last call")
+  state: str = Field(description="idle or busy, as of its last call; offline once silent past the settings' worker_offline_s")
   job_id: Optional[int] = Field(description="the running job it holds a lease on")
   kernel_key: Optional[str]
   kernel_name: Optional[str]

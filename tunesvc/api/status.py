@@ -14,12 +14,15 @@ Offset = Annotated[int, Query(ge=0, le=MAX_INT)]
 
 @router.get("/workers", response_model=WorkerPage)
 def workers(request: Request, limit: Limit = 50, offset: Offset = 0):
-  """Every registered worker, newest first, with the job it is searching. A worker that died keeps its last state: age it by
-  last_heartbeat against now."""
+  """Every registered worker, newest first, with the job it is searching; offline once it has not been heard from for
+  TUNESVC_WORKER_OFFLINE_S and holds no live lease."""
   ws, more = reads.workers(request.app.state.store, limit, offset)
+  now, quiet_s = time.time(), request.app.state.settings.worker_offline_s
+  def state(w, j) -> str:  # silent past quiet_s and holding no live lease: dead, or cut off from the service
+    return "offline" if now - w.last_heartbeat > quiet_s and (j is None or j.lease_expires < now) else w.state
   return WorkerPage(workers=[WorkerRow(worker_id=w.id, name=w.name, device=w.device, fingerprint=w.fingerprint_hash, last_heartbeat=w.last_heartbeat,
-                                       state=w.state, job_id=j and j.id, kernel_key=j and j.kernel_key, kernel_name=name) for w, j, name in ws],
-                    next_offset=offset + limit if more else None, now=time.time())
+                                       state=state(w, j), job_id=j and j.id, kernel_key=j and j.kernel_key, kernel_name=name) for w, j, name in ws],
+                    next_offset=offset + limit if more else None, now=now)
 
 
 @router.get("/jobs", response_model=JobPage)
