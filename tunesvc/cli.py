@@ -269,6 +269,7 @@ def _model_files(paths: list[str]) -> Iterator[tuple[Optional[str], dict, int]]:
 
 def cmd_tune_remote(args) -> int:
   """Submit every kernel to the service, grouped by model, and follow the jobs: done / running / queued / failed, ETA."""
+  import httpx
   from tunesvc.client import Client, ServiceError
   settings = {"beam": args.beam, "budget_s": args.budget_s, **({"budget_candidates": args.budget_candidates} if args.budget_candidates else {})}
   groups: dict[Optional[str], list[tuple[dict, int]]] = {}
@@ -281,7 +282,7 @@ def cmd_tune_remote(args) -> int:
           chunk = items[i:i + 1000]
           got = c.submit([d for d, _ in chunk], args.device, settings, model=model, runs=[r for _, r in chunk] if model else None)
           jobs.update({j["job_id"]: j["state"] for j in got})
-    except ServiceError as e: _fail(f"ERROR {args.server}: {e}")
+    except (ServiceError, httpx.HTTPError) as e: _fail(f"ERROR {args.server}: {e}")
     names = ", ".join(m or "(kernels)" for m in groups)
     start, last = time.monotonic(), 0.0
     while True:
