@@ -12,7 +12,7 @@ machine's stream bandwidth (a C triad, OpenMP at --threads), against which the m
 All tunesvc kernels come from linearizer/builders.py; corpus kernels are as stored.
 
 Per kernel: the reference output (linearizer.reference) on random inputs; every contender's output is checked against
-it (tunesvc's by linearizer.fuzz.compare, each kernel of a chain on the reference's inputs: a MISMATCH makes the exit
+it (tunesvc's by linearizer.compare.compare, each kernel of a chain on the reference's inputs: a MISMATCH makes the exit
 status 1; the others' by reference.mismatch: a mismatching contender is reported and not timed); then all are timed
 interleaved (bench/cpu_kernels.py's measure_quietly, its load sampling included): medians, spreads, other load.
 - tunesvc "hand": the hand-coded schedule; "tuned": the search's winner from the result cache that `tunesvc tune`
@@ -41,7 +41,8 @@ from search_vs_tinygrad import CORPUS, Unexpressible, to_plan
 from devices import cpu
 from linearizer import builders as B
 from linearizer.ast import KernelAST, loads
-from linearizer.fuzz import compare, positions
+from linearizer.compare import compare
+from linearizer.fuzz import positions
 from linearizer.kernel import Kernel
 from linearizer.reference import expected_range, mismatch, poison, random_buffers, reduce_size
 from linearizer import ACTION_SPACE_VERSION

@@ -9,7 +9,7 @@
 Each case (linearizer.fuzz) is a kernel, 0-4 random opts the Kernel accepted (drawn among the device's ops and, now
 and then, ops it lacks, which must raise OptError), variable values in bounds and a data seed; a worker draws it from
 the seed. A case ends as
-  PASS           the output matches the reference (linearizer.fuzz.compare: reference.mismatch, within
+  PASS           the output matches the reference (linearizer.compare: reference.mismatch, within
                  reference.expected_range for a float SUM), nothing unwritten or extra, inputs untouched
   MISMATCH       it does not
   ILLEGAL_OPT    the Kernel accepted an op the device lacks

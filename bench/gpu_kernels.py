@@ -26,7 +26,7 @@ from linearizer import reference
 from linearizer.ast import KernelAST
 from linearizer.builders import matmul
 from linearizer.dtypes import float16, float32
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from search.settings import SearchSettings
 from search.tune import tune
 from tunesvc.runtime import compile_kernel

@@ -36,7 +36,8 @@ import numpy as np
 from cpu_kernels import ROOT, SPECS, Tinygrad, machine, measure_quietly, med, quiet, spread, start_tinygrad, tg_note, timing_args
 from devices import cpu
 from linearizer.ast import ALU, KernelAST, LazyOp, loads
-from linearizer.fuzz import compare, positions
+from linearizer.compare import compare
+from linearizer.fuzz import positions
 from linearizer.reference import expected_range, random_buffers
 from linearizer.shapetracker import View, strides_for_shape
 from search.settings import SearchSettings

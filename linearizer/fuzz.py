@@ -1,4 +1,4 @@
-"""Random cases for the linearizer fuzzer, and the output check it shares with `tunesvc kernel run --check`.
+"""Random cases for the linearizer fuzzer (the output check is linearizer.compare).
 
 A case is a kernel document, a schedule, variable values and a data seed: all a replay needs. Drawing a case
 only asks the Kernel which opts are legal; compiling and running are the caller's (bench/fuzz_linearizer.py),
@@ -7,10 +7,8 @@ so this module stays free of devices, as the rest of linearizer/.
 from __future__ import annotations
 import math, random
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
-import numpy as np
+from typing import Mapping, Optional
 from linearizer import builders as B
-from linearizer import reference
 from linearizer.ast import KernelAST
 from linearizer.dtypes import DTYPES
 from linearizer.kernel import Kernel, Opt, OptError, OptOp, allowed_ops
@@ -26,28 +24,6 @@ ILLEGAL_RATE = 0.15    # share of draws from the ops the device lacks, each of w
 def positions(k: KernelAST, var_vals: Mapping[str, int]) -> int:
   """Full-shape positions at var_vals: what a reference run costs."""
   return math.prod(k.shape_at(k.full_shape, var_vals))
-
-def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int],
-            bounds: Optional[tuple] = None) -> Optional[str]:
-  """None if a device's buffers agree with the reference's (both started as the same random_buffers), else what
-  differs: the output by `reference.mismatch` (within `expected_range` for a float SUM, or `bounds`, its (lo, hi) when
-  the caller computed them once for many checks), where it was written (the output starts poisoned), and the inputs,
-  which a kernel must leave as they were."""
-  dt = k.ast.arg.dtype
-  if np.array_equal(got[0].view(np.uint8), want[0].view(np.uint8)): return _inputs_changed(got, want)  # the common case, cheaply
-  if dt.is_float:  # mismatch lets NaN equal NaN; the poison's payload tells unwritten from computed
-    gp, wp = reference.is_poison(got[0], dt), reference.is_poison(want[0], dt)
-    if (bad := np.flatnonzero(gp != wp)).size:
-      return f"{bad.size} of {wp.size} elements {'not written' if gp[bad[0]] else 'written where the reference writes none'}; first at {bad[0]}"
-  n = reference.reduce_size(k, var_vals)
-  if msg := reference.mismatch(got[0], want[0], dt, n):  # only then the dearer range a SUM summed in another order may reach
-    msg = reference.mismatch(got[0], want[0], dt, n, *(bounds or reference.expected_range(k, want, var_vals)[1:]))
-  return msg or _inputs_changed(got, want)
-
-def _inputs_changed(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Optional[str]:
-  return next((f"input buffer {b} was modified" for b, (x, y) in enumerate(zip(got[1:], want[1:]), 1)
-               if not np.array_equal(x.view(np.uint8), y.view(np.uint8))), None)
-
 
 @dataclass
 class Case:

@@ -17,7 +17,7 @@ import numpy as np
 from devices.guard import Guarded
 from linearizer import reference
 from linearizer.ast import KernelAST, loads
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from search.load import OtherLoad
 from search.pool import die_with_parent
 from search.result import Status

@@ -11,7 +11,8 @@ from multiprocessing.connection import wait
 from devices import registry
 from linearizer import reference
 from linearizer.ast import KernelAST, load, loads
-from linearizer.fuzz import Case, builder_kernel, compare, draw_case, positions
+from linearizer.compare import compare
+from linearizer.fuzz import Case, builder_kernel, draw_case, positions
 from linearizer.kernel import Kernel, OptError, allowed_ops
 from linearizer.lower import lower
 from search.pool import die_with_parent

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from linearizer import reference
 from linearizer.builders import alu, kernel, ld, matmul, reduce, softmax_exp_sum, st, symbolic_sum
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from linearizer.kernel import Opt
 from linearizer.symbolic import Var
 from tunesvc.runtime import compile_kernel

@@ -4,7 +4,7 @@ import json, os, socket, subprocess, sys, threading, time
 from pathlib import Path
 import pytest
 from linearizer import reference
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from tunesvc import runtime
 from search_results import cpu_fingerprint, cpu_options, example, search_result
 from tunesvc.cache import OptsCache

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from linearizer import reference
 from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, mul_add, red, reduce, st, symbolic_sum
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8, uint16
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt

@@ -7,7 +7,7 @@ from devices import cpu, cuda, nvrtc, opencl
 from gpu_schedules import run
 from linearizer import reference
 from linearizer.builders import alu, kernel, ld, red, st
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
 from linearizer.render_gpu import render_metal

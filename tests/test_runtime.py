@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 from linearizer import reference
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from search_results import example
 from tunesvc.runtime import run_kernel
 

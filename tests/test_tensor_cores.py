@@ -7,7 +7,8 @@ from devices import opencl
 from linearizer import reference
 from linearizer.builders import alu, cast, const, kernel, ld, matmul, red, st
 from linearizer.dtypes import bfloat16, float16, float32
-from linearizer.fuzz import compare, draw_opts
+from linearizer.compare import compare
+from linearizer.fuzz import draw_opts
 from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.lower import lower
 from linearizer.options import LinearizerOptions

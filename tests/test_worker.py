@@ -3,7 +3,7 @@ killed with SIGKILL mid-search whose job another worker finishes once the lease 
 import os, signal, socket, subprocess, sys, threading, time
 from linearizer import reference
 from linearizer.builders import reduce
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from tunesvc import runtime
 from tunesvc.client import Client
 from workers.worker import Worker

@@ -5,7 +5,7 @@ from typing import Callable, Iterator, NoReturn, Optional
 import numpy as np
 from devices import registry
 from linearizer.ast import KernelAST, KernelValidationError, LazyOp, loads
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from linearizer.kernel import Opt, OptError
 from linearizer.symbolic import render
 from linearizer import reference

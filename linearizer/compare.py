@@ -1,0 +1,31 @@
+"""Does a device's output agree with the reference? The check every generated kernel passes: the fuzzer, the search's
+runner, `tunesvc kernel run --check`, the tests. Floats within reference.mismatch's tolerance, or within the range the
+reference says a correct kernel may reach (reference.expected_range: a float SUM summed in another order, EXP2/LOG2/SIN
+within the accuracy contract, reference.ULP_BOUND)."""
+from __future__ import annotations
+from typing import Mapping, Optional, Sequence
+import numpy as np
+from linearizer import reference
+from linearizer.ast import KernelAST
+
+
+def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int],
+            bounds: Optional[tuple] = None) -> Optional[str]:
+  """None if a device's buffers agree with the reference's (both started as the same random_buffers), else what
+  differs: the output by `reference.mismatch` (within `expected_range` for a float SUM or EXP2/LOG2/SIN, or `bounds`, its (lo, hi) when
+  the caller computed them once for many checks), where it was written (the output starts poisoned), and the inputs,
+  which a kernel must leave as they were."""
+  dt = k.ast.arg.dtype
+  if np.array_equal(got[0].view(np.uint8), want[0].view(np.uint8)): return _inputs_changed(got, want)  # the common case, cheaply
+  if dt.is_float:  # mismatch lets NaN equal NaN; the poison's payload tells unwritten from computed
+    gp, wp = reference.is_poison(got[0], dt), reference.is_poison(want[0], dt)
+    if (bad := np.flatnonzero(gp != wp)).size:
+      return f"{bad.size} of {wp.size} elements {'not written' if gp[bad[0]] else 'written where the reference writes none'}; first at {bad[0]}"
+  n = reference.reduce_size(k, var_vals)
+  if msg := reference.mismatch(got[0], want[0], dt, n):  # only then the dearer range a correct kernel may reach
+    msg = reference.mismatch(got[0], want[0], dt, n, *(bounds or reference.expected_range(k, want, var_vals)[1:]))
+  return msg or _inputs_changed(got, want)
+
+def _inputs_changed(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Optional[str]:
+  return next((f"input buffer {b} was modified" for b, (x, y) in enumerate(zip(got[1:], want[1:]), 1)
+               if not np.array_equal(x.view(np.uint8), y.view(np.uint8))), None)
