@@ -10,7 +10,7 @@ Each case (linearizer.fuzz) is a kernel, 0-4 random opts the Kernel accepted (dr
 and then, ops it lacks, which must raise OptError), variable values in bounds and a data seed; a worker draws it from
 the seed. A case ends as
   PASS           the output matches the reference (linearizer.compare: reference.mismatch, within
-                 reference.expected_range for a float SUM), nothing unwritten or extra, inputs untouched
+                 reference.expected_range for a float SUM or EXP2/LOG2/SIN), nothing unwritten or extra, inputs untouched
   MISMATCH       it does not
   ILLEGAL_OPT    the Kernel accepted an op the device lacks
   OPT_ERROR      the Kernel accepted the opts, then lowering or rendering raised OptError (or, replayed, it rejects them)

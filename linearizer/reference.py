@@ -7,6 +7,22 @@ It is the golden answer for every generated kernel, so the semantics are spelled
 - float16 and bfloat16 arithmetic is done in float32 and rounded to the dtype after every op, as
   generated code does. EXP2, LOG2 and SIN are computed in float64 and rounded to the dtype, so the
   reference is correctly rounded there (numpy's float32 exp2 is 1 ulp off on a fifth of inputs). Float DIV is IEEE division; MAX propagates NaN; float MOD is C `fmod`.
+- The accuracy contract: generated code computes SQRT, RECIP (1/x) and DIV exactly (IEEE, correctly rounded), and
+  EXP2, LOG2 and SIN within ULP_BOUND ulps of the result's dtype of the exact value, over every input, with the
+  special values exact: NaN in, NaN out; exp2(-inf) = +0, exp2(+inf) = +inf, exp2 of an integer exact; log2(+-0) =
+  -inf, log2(x < 0) = NaN, log2(+inf) = +inf, log2(2^k) = k exactly; sin(+-0) = +-0, sin(+-inf) = NaN; results that
+  round past the largest finite value are inf. float16 and bfloat16 compute in float32 and round. The
+  implementations, and what checks them (tests/test_vecmath.py: every float32, float16 and bfloat16 input; a sample
+  of float64 ones):
+    C        float32 (and float16/bfloat16 through it): linearizer.vecmath, scalar and on 4/8/16-lane vectors;
+             |x| >= 2^22 in SIN through libm's double sin, rounded. float64: glibc's exp2/log2/sin.
+    OpenCL, CUDA, HIP  float32 and narrower: the language's double exp2/log2/sin rounded to the dtype (never the
+             native_/half_/__exp2f intrinsics): <= 4 ulp of a double is far inside half a float32 ulp. float64: those
+             double functions, within 3 (EXP2, LOG2) and 4 (SIN) ulps by the OpenCL spec, 1/1/2 by CUDA's guide.
+    Metal    (text only here: no device checks it) float32 through Metal's precise exp2/log2/sin: Metal has no double,
+             and its documented bounds are wider than the contract's: not covered.
+  `compare` holds generated code to it: the range a correct kernel may produce (`expected_range`) includes the runs
+  with every EXP2/LOG2/SIN result moved by ULP_BOUND ulps down and up.
 - Integer arithmetic wraps (two's complement). DIV truncates toward zero and MOD takes the sign of
   the dividend (C); dividing by zero gives 0 for both, INT_MIN / -1 wraps to INT_MIN.
 - bool: ADD and MAX are OR, MUL is AND, XOR is XOR, NEG is NOT; SUB, DIV and MOD are not defined.
@@ -30,10 +46,11 @@ BLOCK_ELEMENTS = 1 << 24  # the most elements one block materialises per operand
 
 
 def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None,
-        perturb: float = 0.0) -> None:
+        perturb: float = 0.0, nudge: int = 0) -> None:
   """Compute `kernel` into buffers[0]; buffers[1..] are its inputs (1-D, each buffer's dtype).
   `perturb` shifts a float SUM by that fraction of the sum of its terms' magnitudes: what summing in
-  another order may change (see `expected_range`)."""
+  another order may change; `nudge` (-1, 0, 1) moves every EXP2/LOG2/SIN result by the contract's ULP_BOUND ulps
+  down or up: what a correct implementation may change (see `expected_range`)."""
   vv = kernel.var_vals(var_vals)
   _check_buffers(kernel, buffers, vv)
   sts: dict[ShapeTracker, ShapeTracker] = {}
@@ -62,7 +79,7 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
       if red is not None:
         acc, mag = None, 0.0
         for sub in _blocks(block, heaviest(axes), cost):
-          ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live)
+          ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live, nudge)
           if contract:
             a, b = ev(red.src[0].src[0]), ev(red.src[0].src[1])
             part = _contract(a, b, sub, axes)
@@ -74,7 +91,7 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
           acc = part if acc is None else _combine(red.arg.fn, acc, part)
         memo[red] = (acc + perturb * mag if shift else acc).astype(red.dtype.np)
         block = [(0, 1) if a in axes else r for a, r in enumerate(block)]
-      _store(kernel.ast, block, buffers, conc, memo, leaves, live)
+      _store(kernel.ast, block, buffers, conc, memo, leaves, live, nudge)
 
 
 # output poison: a quiet NaN with a payload no arithmetic produces, so an unwritten element is told
@@ -89,6 +106,19 @@ def is_poison(x: np.ndarray, d: DType) -> np.ndarray:
   return x.view(NAN_POISON[d.name].dtype) == NAN_POISON[d.name] if d.is_float else x == d.max
 
 
+TRANSCENDENTALS = ("EXP2", "LOG2", "SIN")
+ULP_BOUND = {"float16": 1, "bfloat16": 1, "float32": 1, "float64": 4}  # the contract: max error of EXP2/LOG2/SIN in ulps
+_SIGNIFICAND = {"float16": (11, -14), "bfloat16": (8, -126), "float32": (24, -126), "float64": (53, -1022)}  # bits, min exponent
+
+def nudge_ulps(y: np.ndarray, dt: DType, ulps: float) -> np.ndarray:
+  """Finite nonzero values of dtype dt moved by `ulps` of dt (up if > 0); zeros, infinities and NaN stay."""
+  p, emin = _SIGNIFICAND[dt.name]
+  y64 = y.astype(np.float64)
+  with np.errstate(all="ignore"):
+    e = np.maximum(np.floor(np.log2(np.abs(y64))), emin)
+    moved = y64 + ulps * np.exp2(e - (p - 1))
+  return np.where(np.isfinite(y64) & (y64 != 0), moved, y64).astype(dt.np)
+
 FLOAT_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}  # ~16 ulp at 1.0
 
 def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
@@ -100,19 +130,22 @@ def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
 def expected_range(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None):
   """(want, lo, hi) for the output: the reference, and the range a correct kernel may produce by
   summing its float SUM in another order -- the SUM moved by 16 ulp x sqrt(n) of the magnitude of
-  its terms, carried through the ops above it. buffers[0] is left untouched. lo/hi are None
-  without a float SUM."""
+  its terms -- and by computing EXP2/LOG2/SIN within the contract -- every one moved by ULP_BOUND ulps --
+  each carried through the ops above it, alone and together. buffers[0] is left untouched. lo/hi are None
+  without a float SUM or a transcendental."""
   vv = kernel.var_vals(var_vals)
   runs = []
   red = kernel.reduceop
-  shifts = [0.0]
+  shifts, nudges = [0.0], [0]
   if red is not None and red.arg.fn == "SUM" and red.dtype.is_float:
     rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv)))
     shifts += [-rel, rel]
+  if any(n.op in TRANSCENDENTALS for n in kernel.nodes): nudges += [-1, 1]
   for p in shifts:
-    out = [buffers[0].copy()] + list(buffers[1:])
-    run(kernel, out, vv, perturb=p)
-    runs.append(out[0])
+    for nu in nudges:
+      out = [buffers[0].copy()] + list(buffers[1:])
+      run(kernel, out, vv, perturb=p, nudge=nu)
+      runs.append(out[0])
   if len(runs) == 1: return runs[0], None, None
   with np.errstate(invalid="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN elements stay NaN bounds, and NaN is compared apart
@@ -216,7 +249,7 @@ def _through_view(v, idxs: list, valid: np.ndarray, it) -> tuple[np.ndarray, np.
   return pos, valid
 
 
-def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict) -> np.ndarray:
+def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict, nudge: int) -> np.ndarray:
   if n in memo: return memo[n]
   if n.op in ("LOAD", "CONST"):
     key = tuple(block[d] for d in live[n])
@@ -234,8 +267,9 @@ def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict)
     _, valid = _positions(conc(c.st), block)
     out = np.where(valid, np.array(c.val, dtype=c.dtype.np), c.dtype.np.type(0))
   else:
-    srcs = [_eval(s, block, buffers, conc, memo, leaves, live) for s in n.src]
+    srcs = [_eval(s, block, buffers, conc, memo, leaves, live, nudge) for s in n.src]
     out = cast(srcs[0], n.src[0].dtype, n.arg.dtype, n.arg.bitcast) if n.op == "CAST" else alu(n.op, n.src[-1].dtype, srcs)
+    if nudge and n.op in TRANSCENDENTALS: out = nudge_ulps(out, n.dtype, nudge * ULP_BOUND[n.dtype.name])
   memo[n] = out = np.asarray(out, dtype=n.dtype.np)
   if n.op in ("LOAD", "CONST"): leaves[n] = (key, out)
   return out
@@ -252,8 +286,8 @@ def _strided(st: ShapeTracker, block, buf: np.ndarray, writeable: bool = False) 
                                          [s * buf.itemsize for s in v.strides], writeable=writeable)
 
 
-def _store(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict) -> None:
-  val = _eval(n.src[0], block, buffers, conc, memo, leaves, live)
+def _store(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict, nudge: int) -> None:
+  val = _eval(n.src[0], block, buffers, conc, memo, leaves, live, nudge)
   if (out := _strided(conc(n.arg.st), block, buffers[0], writeable=True)) is not None and out.shape == tuple(hi - lo for lo, hi in block):
     out[...] = val
     return

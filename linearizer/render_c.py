@@ -12,6 +12,7 @@ from linearizer.dtypes import DType, bool_
 from linearizer.lower import Program, UOps
 from linearizer.symbolic import Var, evaluate, mod, parse, render, substitute
 from linearizer.tensor_cores import opencl_wmma
+from linearizer import vecmath
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Lang:
   arg: str = "{}"                                    # a kernel argument's declaration at position {i}
   var_arg: str = "int {}"                            # a variable's kernel argument
   wide: str = "double"                               # a float type holding every value exactly: casts compare and EXP2/LOG2/SIN compute in it
+  # lanes -> the source of float32 EXP2/LOG2/SIN on that many lanes (vecmath), which float16/bfloat16 and float32 use;
+  # None: the language's own functions on `wide`, rounded (GPUs' double exp2/log2/sin, never fast-math intrinsics)
+  float_math: Optional[Callable[[int], str]] = None
   needs: dict = field(default_factory=dict)          # dtype -> what a program using it needs (headers, helpers)
   fma: str = "__builtin_fma{f}({0},{1},{2})"         # a*b+c rounded once ({f}: the float32 suffix)
   # vectors ({vt}: the vector type, {mt}: its mask type): the type of {n} lanes of dtype {d} (C type {t}), a mask's
@@ -80,7 +84,7 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
 """,
   types={"float16": "_Float16", "bfloat16": "float", "bool": "bool"}, storage={"bfloat16": "unsigned short"},
   load={"bfloat16": "bf2f({})"}, store={"bfloat16": "f2bf({})"}, narrow={"float16": "((_Float16)({}))", "bfloat16": "bfround({})"},
-  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"})
+  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source)
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
 # like bfloat16; vload_half/vstore_half_rte (core) convert exactly. No -fwrapv: signed + - * wrap through unsigned.
@@ -143,7 +147,8 @@ def alu(op: str, dt: DType, a: list[str], src_dt: DType, lang: Lang = C) -> str:
     fn = "" if src_dt.name == "float64" else lang.float_fn
     if op == "MULACC": return lang.fma.format(*a, f=fn)  # float32/float64 only: rounded once
     x = [_f(src_dt, v) for v in a]
-    if op in ("EXP2", "LOG2", "SIN"):  # from double and rounded: correctly rounded, as the reference defines them
+    if op in vecmath.FUNCS and lang.float_math and src_dt.name != "float64": return _narrow(dt, f"tsvc_{op.lower()}f({x[0]})", lang)
+    if op in vecmath.FUNCS:  # from `wide` and rounded: within the contract (reference.ULP_BOUND)
       return _narrow(dt, f"({'double' if src_dt.name == 'float64' else 'float'}){op.lower()}(({lang.wide}){x[0]})", lang)
     e = {"NEG": "(-{0})", "ADD": "({0}+{1})", "SUB": "({0}-{1})", "MUL": "({0}*{1})", "DIV": "({0}/{1})",
          "MAX": "(({0}>{1}||{0}!={0})?{0}:{1})", "MOD": f"fmod{fn}({{0}},{{1}})", "SQRT": f"sqrt{fn}({{0}})",
@@ -249,6 +254,10 @@ def render_source(prog: Program, lang: Lang) -> str:
     return aligned if aligned and mod(idx, n) == 0 else fmt
   def expr(i: int, op: str, a: list[str]) -> str:
     u = prog.uops[i]
+    if u.vec > 1 and op in vecmath.FUNCS:  # float32 lanes in vecmath's vector function, else lane by lane
+      if lang.float_math and u.dtype.name == "float32": return f"tsvc_{op.lower()}_f{u.vec}({a[0]})"
+      lanes = [alu(op, u.dtype, [lang.gep.format(x=a[0], i=j, xyzw="xyzw"[j % 4])], u.dtype, lang) for j in range(u.vec)]
+      return lang.vbuild.format(xs=", ".join(lanes), vt=types[i])
     if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, u.dtype, a, prog.uops[u.src[-1]].dtype, lang)  # operators work lane-wise
     mt = mtype(u.dtype.itemsize, u.vec, lang)  # of this value's lanes (MAX, WHERE)
     if op == "WHERE" and types[u.src[0]] != mt: a = [lang.convert.format(x=a[0], vt=mt), *a[1:]]  # a mask of other lanes
@@ -313,6 +322,10 @@ def render_source(prog: Program, lang: Lang) -> str:
   used = sorted({u.dtype.name for u in prog.uops if u.dtype is not None})
   needs = "".join(dict.fromkeys(lang.needs[d] for d in used if d in lang.needs))
   vectors = lang.vectors if any(u.vec > 1 for u in prog.uops) else ""
+  if lang.float_math:  # the lane counts whose float32 functions the program calls (1: scalars, float16/bfloat16 too)
+    math_lanes = sorted({u.vec if u.dtype.name == "float32" else 1 for u in prog.uops
+                         if u.op == "ALU" and u.arg in vecmath.FUNCS and u.dtype.name != "float64"})
+    needs += "".join(lang.float_math(n) for n in math_lanes)
   fns = decls = ""
   for tc in dict.fromkeys(u.arg for u in prog.uops if u.op is UOps.WMMA):
     fn, decl, _ = lang.wmma(tc)
