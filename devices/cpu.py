@@ -75,6 +75,18 @@ def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 6
     if os.path.exists(tmp): os.unlink(tmp)
 
 
+def compile_batch(srcs: Sequence[str], flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> bytes:
+  """Several sources, each with the entry point `kernel`, -> one shared library in one compiler invocation, where source
+  i's entry point is `kernel_i`. Each source is its own translation unit (their static helpers never clash); one driver
+  and one link instead of one per source is what a search's batch saves. Not cached: a search never asks again."""
+  path = _compiler(_cc())[0]
+  with tempfile.TemporaryDirectory(prefix="tunesvc-batch-") as d:
+    files = [Path(d) / f"k{i}.c" for i in range(len(srcs))]
+    for i, (f, src) in enumerate(zip(files, srcs)): f.write_text(f"#define kernel kernel_{i}\n{src}")
+    _run([path, *flags, *map(str, files), "-o", f"{d}/batch.so", "-lm"], "", timeout)
+    return Path(f"{d}/batch.so").read_bytes()
+
+
 def _ptr(b: np.ndarray) -> ctypes.c_void_p:
   if not b.flags.c_contiguous: raise ValueError("buffers must be C-contiguous")
   return ctypes.c_void_p(b.ctypes.data)

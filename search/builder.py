@@ -28,7 +28,8 @@ class Build:
   source_hash: str = ""
   ir_size: int = 0                    # uops of the linear IR
   launch: tuple = ()                  # (work-groups, work-items) per launch dim where the device has local dims
-  binary: bytes = b""
+  binary: bytes = b""                 # a library holding the entry point `name`, maybe with other candidates' too
+  name: str = "kernel"
   compile_s: float = 0.0
   error: Optional[Status] = None     # TOO_LARGE or COMPILE_ERROR: the candidate's status
   message: str = ""
@@ -48,10 +49,21 @@ def compile_task(module: str, src: str) -> tuple[bytes, float]:
   t = time.perf_counter()
   return importlib.import_module(module).compile(src), time.perf_counter() - t
 
+def compile_batch_task(module: str, srcs: list[str]) -> tuple[bytes, float]:
+  """One library for all of srcs (the device's compile_batch): source i's entry point is kernel_i."""
+  t = time.perf_counter()
+  return importlib.import_module(module).compile_batch(srcs), time.perf_counter() - t
+
 
 class Builder:
-  def __init__(self, pool: CompilePool, module: str, k: KernelAST, options: LinearizerOptions):
+  """Where the device module has compile_batch (the CPU), new sources compile BATCH at a time in one compiler invocation
+  (a batch that fails is compiled again source by source, so each candidate gets its own compile error); elsewhere one
+  by one."""
+  BATCH = 8       # sources per batch: with one compile worker per core, a round's first batches start while it renders
+
+  def __init__(self, pool: CompilePool, module: str, k: KernelAST, options: LinearizerOptions, batch: bool = True):
     self.pool, self.module, self.k, self.options = pool, module, k, options
+    self.batch = batch and hasattr(importlib.import_module(module), "compile_batch")
     self.sources: set[str] = set()     # source hashes seen: the duplicate filter
 
   def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None) -> Iterator[Build]:
@@ -59,9 +71,17 @@ class Builder:
     passes or `stop` is set; the consumer may stop early, and the queued tasks are dropped."""
     pool, mod = self.pool, self.module
     rendering = {pool.submit(render_task, mod, self.k.key, self.k.canonical, tuple(k.applied_opts), self.options): k for k in kernels}
-    compiling: dict[int, Build] = {}
+    compiling: dict[int, list[Build]] = {}
+    waiting: list[Build] = []       # new sources not yet compiling: the next batch
+    def flush() -> None:
+      for i in range(0, len(waiting), self.BATCH):
+        group = waiting[i:i + self.BATCH]
+        for j, b in enumerate(group): b.name = f"kernel_{j}" if self.batch else "kernel"
+        if self.batch: compiling[pool.submit(compile_batch_task, mod, [b.source for b in group])] = group
+        else: compiling.update({pool.submit(compile_task, mod, b.source): [b] for b in group})
+      waiting.clear()
     try:
-      while (rendering or compiling) and time.monotonic() < deadline and not (stop and stop.is_set()):
+      while (rendering or compiling or waiting) and time.monotonic() < deadline and not (stop and stop.is_set()):
         for t, ok, val in pool.results(timeout=max(0.0, min(deadline - time.monotonic(), 0.25))):  # wakes to see `stop`
           if t in rendering:
             k = rendering.pop(t)
@@ -72,13 +92,17 @@ class Builder:
             elif (h := hashlib.sha256(src.encode()).hexdigest()) not in self.sources:  # else a duplicate: not built again
               self.sources.add(h)
               b.source, b.source_hash = src, h
-              compiling[pool.submit(compile_task, mod, src)] = b
+              waiting.append(b)
           elif t in compiling:
-            b = compiling.pop(t)
-            if not ok: yield _failed(b, Status.COMPILE_ERROR, val)
-            else:
-              b.binary, b.compile_s = val
-              yield b
+            group = compiling.pop(t)
+            if ok:
+              for b in group: b.binary, b.compile_s = val[0], val[1] / len(group)
+              yield from group
+            elif len(group) > 1:  # one bad source fails its batch: each again on its own
+              compiling.update({pool.submit(compile_task, mod, b.source): [b] for b in group})
+              for b in group: b.name = "kernel"
+            else: yield _failed(group[0], Status.COMPILE_ERROR, val)
+        if len(waiting) >= self.BATCH or not rendering: flush()
     finally: pool.cancel()
 
 

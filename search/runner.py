@@ -95,7 +95,7 @@ def _main(conn: Connection, module: str) -> None:
         conn.send(None)
       elif op == "measure":
         lib, name, check, min_time_s, min_runs, max_runs, early_stop_s = args
-        key = hashlib.sha256(lib).hexdigest()
+        key = (hashlib.sha256(lib).hexdigest(), name)  # a batch's library holds many candidates' entry points
         if key not in progs: progs[key] = dev.Program(lib, name)
         load = OtherLoad()  # this process's own threads are not others'
         m = case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s)

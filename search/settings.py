@@ -36,6 +36,7 @@ class StrategySettings:
 class BuildSettings:
   compile_timeout_s: float = 60.0
   workers: int = 0                    # compile processes; 0: one per core (the machine's to choose, never a job's)
+  batch: bool = True                  # many candidates per compiler invocation where the device can (search/builder.py)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from search.actions import actions_for
 from search.beam import BeamStrategy
-from search.builder import Builder
+from search.builder import Build, Builder
 from search.load import OtherLoad, wait_quiet
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Status
@@ -48,7 +48,7 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
        CompilePool(s.build.workers or os.cpu_count() or 1, s.build.compile_timeout_s) as pool:  # both start while the reference runs
     write_case(Path(tmp), kr, vv, s.measure.seed)
     runner.setup(Path(tmp), vv)
-    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options()), pool, runner, progress, stop)
+    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop)
     root = Kernel(kr, dev.options())
     hand = root.copy()
     hand_coded_optimizations(hand)
@@ -64,7 +64,7 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     action_space_version=ACTION_SPACE_VERSION, settings=s.to_json(), var_vals=vv, flops=ast.flops(vv), bytes=ast.bytes(vv),
     baseline_opts=base.opts, baseline_s=med[id(base)], best_opts=win.opts, best_s=med[id(win)],
     speedup=med[id(base)] / med[id(win)], speedup_spread=(min(ratios), max(ratios)), verified=win.verified,
-    best_source=search.libs[win.source_hash][1], search_s=time.monotonic() - start, candidates=search.candidates, conditions=conditions)
+    best_source=search.libs[win.source_hash].source, search_s=time.monotonic() - start, candidates=search.candidates, conditions=conditions)
 
 
 class _Search:
@@ -73,7 +73,7 @@ class _Search:
     self.dev, self.s, self.builder, self.pool, self.runner, self.progress, self.stop = dev, s, builder, pool, runner, progress, stop
     self.options = dev.options()
     self.best_s: Optional[float] = None
-    self.libs: dict[str, tuple[bytes, str]] = {}   # source hash -> (binary, source) of the verified candidates
+    self.libs: dict[str, Build] = {}   # source hash -> build of the verified candidates
     self.candidates: list[Candidate] = []
 
   def check_stop(self) -> None:
@@ -95,23 +95,23 @@ class _Search:
       c = Candidate([o.to_json() for o in b.kernel.applied_opts], Status.PENDING, rnd, b.source_hash, compile_s=b.compile_s)
       if b.error: add(b.kernel, _failed(c, b.error, b.message))
       elif rnd == 0: seeds.append((b, c))  # the seeds are timed together, in order, once all are built
-      elif more(): add(b.kernel, self.time(c, b.binary, b.source))
+      elif more(): add(b.kernel, self.time(c, b))
       if rnd > 0 and not more(): break
     builds.close()
     for b, c in sorted(seeds, key=lambda p: order[id(p[0].kernel)]):
-      if more(): add(b.kernel, self.time(c, b.binary, b.source))
+      if more(): add(b.kernel, self.time(c, b))
     return out
 
-  def time(self, c: Candidate, lib: bytes, src: str) -> Candidate:
+  def time(self, c: Candidate, b: Build) -> Candidate:
     """Time and verify one compiled candidate; on the CPU the pool's workers are stopped meanwhile."""
     s, best = self.s.measure, self.best_s
     # a hang's limit: the warm-up and two runs at timeout_factor x the best, and the minimum measured time
     limit = s.seed_timeout_s if best is None else max(2.0, 3 * s.timeout_factor * best) + s.min_time_s
     with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
-      m = self.runner.measure(lib, "kernel", check=True, timeout_s=limit, min_time_s=s.min_time_s,
+      m = self.runner.measure(b.binary, b.name, check=True, timeout_s=limit, min_time_s=s.min_time_s,
                               early_stop_s=None if best is None else s.early_stop * best)
     c.status, c.times_s, c.error, c.verified, c.other_load = m.status, m.times_s, m.error, m.verified, round(m.other_load, 3)
-    if c.status is Status.OK: self.libs[c.source_hash] = (lib, src)
+    if c.status is Status.OK: self.libs[c.source_hash] = b
     return c
 
   def final(self, measured: list[Candidate], hand_opts: list[dict]):
@@ -149,7 +149,8 @@ class _Search:
     rounds: dict[int, list[float]] = {id(c): [] for c in finalists}
     for r in range(self.s.final.final_rounds):
       for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:
-        m = self.runner.measure(self.libs[c.source_hash][0], "kernel", check=False, timeout_s=max(10.0, 50 * c.min_s),
+        b = self.libs[c.source_hash]
+        m = self.runner.measure(b.binary, b.name, check=False, timeout_s=max(10.0, 50 * c.min_s),
                                 min_time_s=self.s.measure.min_time_s / 2, min_runs=1)
         if m.status is Status.OK: rounds[id(c)].append(min(m.times_s))
       self.check_stop()

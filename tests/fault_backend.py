@@ -1,6 +1,6 @@
 """A test-only backend: the CPU device, whose renderer plants faults in candidates with particular schedules.
 Passed to search.tune as `module`, it reaches the compile pool and the runner by name, as a real backend does."""
-from devices.cpu import Program, alloc, available, compile, copyin, copyout, fingerprint, fingerprint_hash, options  # noqa: F401
+from devices.cpu import Program, alloc, available, compile, compile_batch, copyin, copyout, fingerprint, fingerprint_hash, options  # noqa: F401
 from devices.cpu import render as cpu_render
 from linearizer.kernel import Opt
 

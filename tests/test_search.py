@@ -4,7 +4,10 @@ import pytest
 from devices import cpu
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
+from linearizer import reference
 from linearizer.kernel import Kernel, Opt
+from linearizer.fuzz import compare
+from linearizer.lower import lower
 from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, children
 from search.beam import BeamStrategy
@@ -157,7 +160,8 @@ def test_a_contended_final_check_is_redone_when_quiet_and_never_stores_a_slower_
   monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: None)
   s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
   search = search_tune._Search(cpu, s, None, None, runner, None, None)
-  search.libs, search.candidates = {"base": (b"base", ""), "single": (b"single", "")}, [base, single]
+  search.libs = {h: SimpleNamespace(binary=h.encode(), name="kernel", source="") for h in ("base", "single")}
+  search.candidates = [base, single]
   if want is DeviceBusy:
     with pytest.raises(DeviceBusy, match="cores busy"): search.final([base, single], base.opts)
     return
@@ -183,3 +187,17 @@ def test_tune_while_another_process_keeps_a_core_busy_stores_no_winner_slower_th
   print(r.conditions, r.best_opts, r.baseline_opts)
   assert r.conditions["busy"] and r.conditions["retimed"] == 1 and any(c.other_load >= 0.5 for c in r.candidates)
   assert r.best_opts == r.baseline_opts  # a contended check is stored only when the baseline won it
+
+
+def test_a_batch_compiles_many_candidates_into_one_library_each_under_its_own_entry_point():
+  k = reduce("SUM", (64, 64), (1,))
+  kids = [c for c in children(Kernel(k, cpu.options()), actions_for(cpu.options())) if c.applied_opts[0].op == "UPCAST"][:3]
+  lib = cpu.compile_batch([cpu.render(lower(c)) for c in kids])
+  vv = k.var_vals()
+  want = reference.random_buffers(k, vv, 3)
+  reference.run(k, want, vv)
+  for i in range(len(kids)):
+    bufs = reference.random_buffers(k, vv, 3)
+    bufs[0][:] = 12345.0  # poisoned
+    cpu.Program(lib, f"kernel_{i}")(*bufs)
+    assert compare(k, bufs, want, vv) is None

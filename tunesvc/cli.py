@@ -193,7 +193,7 @@ class TuneProgress:
         yield lambda n, best: bar.update(task, description=what(n, best))
       return
     budget = "" if settings.budget_s is None else f", at most {settings.budget_s:g} s"
-    print(f"tuning {name}: beam {settings.beam}{budget}", file=sys.stderr, flush=True)
+    print(f"tuning {name}: beam {settings.strategy.beam}{budget}", file=sys.stderr, flush=True)
     def log(n: int, best: Optional[float]) -> None:
       if (now := time.monotonic()) - last[0] >= self.LOG_EVERY_S:
         last[0] = now
