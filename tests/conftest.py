@@ -53,11 +53,11 @@ def server(tmp_path):
 
 @pytest.fixture
 def tmpfs(tmp_path):
-  """A 256 KiB tmpfs mounted at a fresh directory (a disk that fills in a moment): its path. Mounting needs root, as in CI."""
+  """A 2 MiB tmpfs mounted at a fresh directory (a disk that fills in a moment): its path. Mounting needs root, as in CI."""
   import subprocess
   path = tmp_path / "tmpfs"
   path.mkdir()
-  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)], capture_output=True, text=True)
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)], capture_output=True, text=True)
   if r.returncode != 0: pytest.skip(f"cannot mount a tmpfs (not root?): {r.stderr.strip()}")
   yield path
   subprocess.run(["umount", "-l", str(path)], check=True)

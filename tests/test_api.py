@@ -410,3 +410,35 @@ def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_
     assert len(out["invalidated"]) == 3 and len(out["requeued"]) == 1
     assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404
     assert api.get(f"/v1/jobs/{out['requeued'][0]}", headers=SUB).json()["state"] == "queued"
+
+
+def test_database_trouble_is_a_json_503_with_retry_after_and_the_service_recovers(tmpfs):
+  """A full disk under SQLite, then a write lock another process holds: each a JSON 503 with Retry-After on a kept-alive
+  connection, and the service answers again by itself once the disk is freed and the lock released."""
+  import sqlite3
+  from conftest import fill
+  from tunesvc.serve import Service
+  db = tmpfs / "full.db"
+  svc = Service(Settings(database_url=f"sqlite:///{db}", tokens=TOKENS), port=0, workers=0).start()
+  try:
+    with httpx.Client(base_url=svc.url, headers=SUB, timeout=60) as http:
+      ks = examples()
+      body = lambda i: {"kernels": [ks[i % len(ks)].to_json()], "search": {"seed": i}}
+      assert http.post("/v1/kernels", json=body(0)).status_code == 202
+      fill(tmpfs)
+      for i in range(1, 4):
+        r = http.post("/v1/kernels", json=body(i))
+        assert r.status_code == 503 and r.headers["retry-after"] == "5" and "database" in r.json()["detail"], r.text
+        assert r.headers.get("connection") != "close"
+      (tmpfs / "filler").unlink()
+      assert http.post("/v1/kernels", json=body(4)).status_code == 202  # recovered by itself
+      held = sqlite3.connect(db, isolation_level=None)
+      held.execute("BEGIN IMMEDIATE")  # another process's write lock
+      t = time.monotonic()
+      r = http.post("/v1/kernels", json=body(5))
+      assert r.status_code == 503 and r.headers["retry-after"] == "5" and time.monotonic() - t < 15, r.text
+      assert http.get("/healthz").json() == {"ok": True}  # reads go on
+      held.execute("ROLLBACK")
+      held.close()
+      assert http.post("/v1/kernels", json=body(6)).status_code == 202
+  finally: svc.stop()

@@ -6,7 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
+from sqlalchemy import exc, text
 from starlette.exceptions import HTTPException
 from tunesvc.api import admin, dashboard, kernels, opts, programs, status, workers
 from tunesvc.api.metrics import Metrics, MetricsMiddleware
@@ -28,6 +28,16 @@ async def invalid_request(_: Request, e: RequestValidationError) -> ASCIIJSON:
     return error(400, f"malformed JSON at character {bad['loc'][-1]}: {bad.get('ctx', {}).get('error', 'cannot parse')}")
   # loc, msg and type only: the input and ctx may hold values JSON cannot carry (NaN from 1e999)
   return error(422, [{"loc": list(x["loc"]), "msg": x["msg"], "type": x["type"]} for x in errs])
+
+
+RETRY_AFTER_S = 5
+
+async def database_trouble(_: Request, e: Exception) -> ASCIIJSON:
+  """A full disk, a held write lock, a dropped connection: a JSON 503 the client may retry, the connection kept. The
+  pool's next checkout reconnects (pre-ping), so the service recovers by itself once the database does."""
+  log.warning("database: %s", str(e).splitlines()[0][:300])
+  return error(503, f"the database cannot answer now ({type(getattr(e, 'orig', e)).__name__}: {str(getattr(e, 'orig', e))[:200]}); "
+                    f"retry in {RETRY_AFTER_S} s", {"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def sweep(st: Store, every_s: float) -> None:
@@ -62,6 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   app.add_exception_handler(queue.NotFound, lambda _, e: error(404, str(e)))
   app.add_exception_handler(queue.Conflict, lambda _, e: error(409, str(e)))
   app.add_exception_handler(queue.Invalid, lambda _, e: error(422, str(e)))
+  app.add_exception_handler(exc.OperationalError, database_trouble)
+  app.add_exception_handler(exc.InterfaceError, database_trouble)
 
   @app.get("/healthz", tags=["service"], responses={503: {"description": "the database does not answer"}})
   def healthz():

@@ -10,7 +10,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 from tunesvc.store.migrate import upgrade
 
-SQLITE_PRAGMAS = ("journal_mode=WAL", "busy_timeout=30000", "foreign_keys=ON", "synchronous=NORMAL")
+# busy_timeout: how long a writer waits for another's write lock before the API answers 503 (writes take milliseconds)
+SQLITE_PRAGMAS = ("journal_mode=WAL", "busy_timeout=5000", "foreign_keys=ON", "synchronous=NORMAL")
 
 
 def default_url() -> str:
@@ -20,7 +21,7 @@ def default_url() -> str:
 
 def make_engine(url: str) -> Engine:
   if not url.startswith("sqlite"): return create_engine(url, pool_pre_ping=True)
-  engine = create_engine(url)
+  engine = create_engine(url, pool_pre_ping=True)
   @event.listens_for(engine, "connect")
   def connect(dbapi_conn, _):
     dbapi_conn.isolation_level = None  # the driver's own BEGIN is deferred; we send ours
