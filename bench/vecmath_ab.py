@@ -1,0 +1,108 @@
+"""Transcendental-heavy kernels before and after a codegen change, in one run: each kernel's hand-coded schedule as a
+git revision's linearizer renders it (--before, default: the commit before linearizer.vecmath), as this checkout
+renders it, and this checkout's source with SLEEF's u10 functions in place of vecmath's (where libsleef-dev is
+installed), interleaved (bench/cpu_kernels.measure) and each output checked against the reference (linearizer.compare).
+
+  .venv/bin/python bench/vecmath_ab.py                                  # examples' elementwise_chain, softmax_exp_sum
+  .venv/bin/python bench/vecmath_ab.py --kernels softmax_exp_sum --min-time 3
+
+Prints a markdown table: median ms per contender, after's speed-up over before, and the CPU time the rest of the
+machine used meanwhile (search.load.OtherLoad) with /proc/loadavg before and after.
+"""
+from __future__ import annotations
+import argparse, dataclasses, io, json, subprocess, sys, tarfile, tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.cpu_kernels import measure, med  # noqa: E402
+from devices import cpu  # noqa: E402
+from search.load import OtherLoad  # noqa: E402
+from linearizer import reference  # noqa: E402
+from linearizer.ast import loads  # noqa: E402
+from linearizer.compare import compare  # noqa: E402
+from linearizer.heuristic import hand_coded_optimizations  # noqa: E402
+from linearizer.kernel import Kernel  # noqa: E402
+from linearizer.lower import lower  # noqa: E402
+from linearizer.render_c import C, render_source  # noqa: E402
+
+BEFORE = "fd1f550"  # main before linearizer.vecmath: EXP2/LOG2/SIN as scalar double libm calls
+SLEEF = {4: "__m128", 8: "__m256", 16: "__m512"}
+
+# renders a kernel with the linearizer on sys.path[0]: argv[1] the kernel document, stdin the device options
+OLD_RENDER = """import json, sys
+from linearizer.ast import loads
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel
+from linearizer.lower import lower
+from linearizer.options import LinearizerOptions
+from linearizer.render_c import render_c
+k = Kernel(loads(open(sys.argv[1]).read()), LinearizerOptions.from_json(json.load(sys.stdin)))
+opts = hand_coded_optimizations(k)
+print(json.dumps({"src": render_c(lower(k, "bench")), "opts": [o.to_json() for o in opts]}))
+"""
+
+def sleef_source(n: int) -> str:
+  """tsvc_exp2_f{n} & co. as SLEEF's 1.0-ulp functions (the measurement's third contender)."""
+  t = f"tsvc_f{n}"
+  head = f"#include <immintrin.h>\n#include <sleef.h>\ntypedef float {t} __attribute__((vector_size({4 * n})));\n"
+  if n == 1:
+    return head + "".join(f"static inline float tsvc_{fn}f(float x) {{ return Sleef_{fn}f_u10(x); }}\n" for fn in ("exp2", "log2", "sin"))
+  return head + "".join(f"static inline {t} tsvc_{fn}_f{n}({t} x) {{ return ({t})Sleef_{fn}f{n}_u10(({SLEEF[n]})x); }}\n"
+                        for fn in ("exp2", "log2", "sin"))
+
+def before_source(rev: str, doc: Path, tmp: Path) -> dict:
+  tree = tmp / rev
+  if not tree.exists():
+    tree.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(subprocess.run(["git", "-C", str(ROOT), "archive", rev, "linearizer"], check=True,
+                                                                     capture_output=True).stdout)) as tf: tf.extractall(tree)
+  r = subprocess.run([sys.executable, "-c", OLD_RENDER, str(doc)], input=json.dumps(cpu.options().to_json()), capture_output=True, text=True,
+                     check=True, cwd=tree, env={"PYTHONPATH": str(tree)})  # cwd: `-c` puts it first on sys.path
+  return json.loads(r.stdout)
+
+def main() -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap.add_argument("--kernels", default="elementwise_chain,softmax_exp_sum", help="examples/kernels/NAME.json, comma-separated")
+  ap.add_argument("--before", default=BEFORE, help=f"git revision whose linearizer renders the 'before' column (default {BEFORE})")
+  ap.add_argument("--min-time", type=float, default=2.0)
+  ap.add_argument("--turn", type=float, default=0.2)
+  args = ap.parse_args()
+  try: sleef = bool(cpu.compile("#include <sleef.h>\n", cpu.DEFAULT_FLAGS + ("-Wl,--no-as-needed", "-lsleef")))
+  except cpu.CompileError: sleef = False
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for name in args.kernels.split(","):
+      doc = ROOT / "examples" / "kernels" / f"{name}.json"
+      ast = loads(doc.read_text())
+      k = Kernel(ast, cpu.options())
+      opts = hand_coded_optimizations(k)
+      prog = lower(k, "bench")
+      old = before_source(args.before, doc, Path(tmp))
+      srcs = {"before": (old["src"], ()), "after": (render_source(prog, C), ())}
+      if sleef: srcs["sleef"] = (render_source(prog, dataclasses.replace(C, float_math=sleef_source)), ("-Wl,--no-as-needed", "-lsleef"))
+      bufs = reference.random_buffers(ast, {}, 0)
+      want = [b.copy() for b in bufs]
+      reference.run(ast, want)
+      fns, checks = {}, {}
+      for who, (src, libs) in srcs.items():
+        p = cpu.Program(cpu.compile(src, cpu.DEFAULT_FLAGS + libs), "bench")
+        out = [cpu.alloc(b.size, b.dtype) for b in bufs]
+        for o, b in zip(out, bufs): o[:] = b
+        p(*out)
+        checks[who] = compare(ast, out, want, {}) or "ok"
+        fns[who] = lambda p=p, out=out: p.time(*out)
+      avg0, load = Path("/proc/loadavg").read_text().split()[:3], OtherLoad()
+      ts = measure(fns, args.min_time, 5, 1000, args.turn)
+      rows.append({"kernel": name, "opts_before": old["opts"], "opts_after": [o.to_json() for o in opts], "checks": checks,
+                   "ms": {w: med(t) * 1e3 for w, t in ts.items()}, "other_load": load.cores(), "loadavg": [avg0, Path("/proc/loadavg").read_text().split()[:3]]})
+  cols = ["before", "after"] + (["sleef"] if sleef else [])
+  print("| kernel | " + " | ".join(f"{c} ms" for c in cols) + " | after vs before | checks | rest of machine (cores) | loadavg before -> after |")
+  print("|---" * (len(cols) + 5) + "|")
+  for r in rows:
+    print(f"| {r['kernel']} | " + " | ".join(f"{r['ms'][c]:.3f}" for c in cols) + f" | {r['ms']['before'] / r['ms']['after']:.1f}x | "
+          + ", ".join(f"{w}: {c}" for w, c in r["checks"].items()) + f" | {r['other_load']:.2f} | {' '.join(r['loadavg'][0])} -> {' '.join(r['loadavg'][1])} |")
+  for r in rows: print(f"\n{r['kernel']}: before opts {r['opts_before']}, after opts {r['opts_after']}")
+  return 0 if all(c == "ok" for r in rows for c in r["checks"].values()) else 1
+
+if __name__ == "__main__": sys.exit(main())
