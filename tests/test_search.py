@@ -6,7 +6,7 @@ from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer import reference
 from linearizer.kernel import Kernel, Opt
-from linearizer.fuzz import compare
+from linearizer.compare import compare
 from linearizer.lower import lower
 from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, children
