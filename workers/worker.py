@@ -127,6 +127,6 @@ def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, 
         log.warning("cannot register with %s: %s", server, e)
       except Exception as e: log.warning("cannot register with %s: %s", server, e)
       if stopping.wait(2): return 0
-    log.info("worker %s on %s (%s) serving %s", w.id, device, w.fingerprint_hash[:12], server)
+    log.info("worker %s on %s (fingerprint %s) serving %s", w.id, device, w.fingerprint_hash, server)
     w.run(max_jobs)
   return 0
