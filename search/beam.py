@@ -1,8 +1,8 @@
 """Beam search over schedules, a Strategy (search/strategy.py): it proposes, it is told the measurements.
 
-Round 0 proposes the seeds (the hand-coded schedule and the unoptimised kernel), which form the first beam. Each later
-round expands every beam member by every legal action, skips schedules already proposed, and keeps the `width`
-fastest verified candidates of the round as the next beam. It ends when a round's best is less than `min_improvement`
+Round 0 proposes the seeds (the hand-coded schedule, the unoptimised kernel, and any warm starts), which form the first
+beam (the `beam` fastest where there are more). Each later round expands every beam member by every legal action, skips
+schedules already proposed, and keeps the `beam` fastest verified candidates of the round as the next beam. It ends when a round's best is less than `min_improvement`
 faster than the previous round's, when nothing is left to try, or after max_rounds. The seeds compete for the win but
 do not end the search: one-opt schedules rarely beat the hand-coded one, their descendants may. Ties break by the order
 candidates were generated in, so a search is deterministic for given timings.
@@ -32,13 +32,16 @@ class BeamStrategy:
   def observe(self, results: list[tuple[Kernel, Candidate]]) -> None: self.results += results
 
   def _next_round(self) -> None:
-    if self.round > 0:  # the seeds are all expanded, measured well or not: they are where the search starts
-      ok = sorted(((k, c) for k, c in self.results if c.status is Status.OK and c.verified),
-                  key=lambda p: (p[1].min_s, self.order[tuple(p[0].applied_opts)]))
+    ok = sorted(((k, c) for k, c in self.results if c.status is Status.OK and c.verified),
+                key=lambda p: (p[1].min_s, self.order[tuple(p[0].applied_opts)]))
+    if self.round > 0:
       if not ok or ok[0][1].min_s >= self.last * (1 - self.s.min_improvement):  # this round's best barely beat the last's
         self.done = True
         return
       self.beam, self.last = [k for k, _ in ok[:self.s.beam]], ok[0][1].min_s
+    elif len(self.beam) > self.s.beam:  # more seeds than the beam (warm starts): the fastest go on, the first seed if none ran
+      self.beam = [k for k, _ in ok[:self.s.beam]] or self.beam[:1]
+    # else the seeds are all expanded, measured well or not: they are where the search starts
     self.round, self.results = self.round + 1, []
     for k in self.beam:
       for c in children(k, self.actions):

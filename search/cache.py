@@ -27,6 +27,12 @@ class ResultCache:
                           (kernel_key, fingerprint_hash, action_space_version)).fetchone()
     return SearchResult.from_json(json.loads(row[0])) if row else None
 
+  def winners_elsewhere(self, kernel_key: str, fingerprint_hash: str, action_space_version: int) -> list[list[dict]]:
+    """The winning opts of this kernel on other device fingerprints (same action space): warm starts for a search here."""
+    rows = self.db.execute("SELECT result FROM results WHERE kernel_key=? AND fingerprint<>? AND action_space_version=?",
+                           (kernel_key, fingerprint_hash, action_space_version)).fetchall()
+    return [json.loads(r[0])["best_opts"] for r in rows]
+
   def put(self, r: SearchResult) -> None:
     self.db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?)",
                     (r.kernel_key, r.fingerprint_hash, r.action_space_version, json.dumps(r.to_json())))

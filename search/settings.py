@@ -36,7 +36,9 @@ class StrategySettings:
 class BuildSettings:
   compile_timeout_s: float = 60.0
   workers: int = 0                    # compile processes; 0: one per core (the machine's to choose, never a job's)
-  batch: bool = True                  # many candidates per compiler invocation where the device can (search/builder.py)
+  # many candidates per compiler invocation where the device can (search/builder.py). Off: on a saturated 2-core machine
+  # it did not cut search time (bench/search_builds.py, docs/benchmarks.md); to be measured again on a quiet one
+  batch: bool = False
 
 
 @dataclass(frozen=True)

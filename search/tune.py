@@ -9,12 +9,12 @@ winner, always a verified candidate, is the one with the best median there.
 from __future__ import annotations
 import contextlib, importlib, os, statistics, tempfile, threading, time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 from devices import registry
 from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST
 from linearizer.heuristic import hand_coded_optimizations
-from linearizer.kernel import Kernel
+from linearizer.kernel import Kernel, OptError
 from search.actions import actions_for
 from search.beam import BeamStrategy
 from search.builder import Build, Builder
@@ -36,10 +36,12 @@ class SearchStopped(Exception):
 
 
 def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
-         progress: Optional[Callable[[int, Optional[float]], None]] = None, stop: Optional[threading.Event] = None) -> SearchResult:
+         progress: Optional[Callable[[int, Optional[float]], None]] = None, stop: Optional[threading.Event] = None,
+         warm: Sequence[Sequence[dict]] = ()) -> SearchResult:
   """Search the fastest verified schedule of `ast` on `device` within the settings' budget. `module` swaps the backend
   module (tests plant faults with it); progress(candidates measured, best seconds so far) is called after each
-  measurement; setting `stop` abandons the search (SearchStopped) within a candidate's timing."""
+  measurement; setting `stop` abandons the search (SearchStopped) within a candidate's timing. `warm`: schedules to
+  start from besides the hand-coded one (winners found elsewhere: warm_seeds), those illegal here left out."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)
@@ -52,7 +54,7 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     root = Kernel(kr, dev.options())
     hand = root.copy()
     hand_coded_optimizations(hand)
-    strategy = BeamStrategy([hand, root] if hand.applied_opts else [root], actions_for(root.options), s.strategy)
+    strategy = BeamStrategy(warm_seeds(root, [hand.applied_opts, [], *warm]), actions_for(root.options), s.strategy)
     deadline = start + s.budget_s if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     pool.close()
@@ -162,6 +164,18 @@ class _Search:
     end = time.monotonic() + self.s.final.quiet_wait_s
     while time.monotonic() < end and wait_quiet(self.s.final.busy_load, 0, self.runner.proc.pid)[1] >= self.s.final.busy_load:
       self.check_stop()
+
+
+def warm_seeds(root: Kernel, schedules: Sequence[Sequence]) -> list[Kernel]:
+  """root under each schedule that is legal on it, each schedule once, in order."""
+  out, seen = [], set()
+  for opts in schedules:
+    try: k = root.copy().apply_opts(opts)
+    except OptError: continue
+    if (key := tuple(k.applied_opts)) not in seen:
+      seen.add(key)
+      out.append(k)
+  return out
 
 
 def _drift(ts: list[float]) -> float:

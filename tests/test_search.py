@@ -12,6 +12,7 @@ from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, children
 from search.beam import BeamStrategy
 from search.builder import RenderBug
+from search.cache import ResultCache
 from search.result import Candidate, SearchResult, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
@@ -25,8 +26,9 @@ FAST = dict(min_time_s=0.005, final_rounds=3)
 
 
 def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candidates_and_the_search_goes_on():
+  # batched builds: the planted syntax error fails its batch, whose sources are then compiled one by one
   # no early stop: the planted wrong answer must be timed in full, whatever its speed, to reach its check
-  r = tune(matmul(64, 64, 64), settings=SearchSettings.from_json(dict(beam=2, budget_s=60, early_stop=1e6, **FAST)), module="fault_backend")
+  r = tune(matmul(64, 64, 64), settings=SearchSettings.from_json(dict(beam=2, budget_s=60, early_stop=1e6, batch=True, **FAST)), module="fault_backend")
   first = {Opt.from_json(c.opts[0]): c for c in r.candidates if c.opts}
   got = {fault: first[opt] for opt, fault in fault_backend.FAULTS.items()}
   assert got["segfault"].status == "crash" and "SIGSEGV" in got["segfault"].error
@@ -201,3 +203,15 @@ def test_a_batch_compiles_many_candidates_into_one_library_each_under_its_own_en
     bufs[0][:] = 12345.0  # poisoned
     cpu.Program(lib, f"kernel_{i}")(*bufs)
     assert compare(k, bufs, want, vv) is None
+
+
+def test_warm_starts_are_seeds_measured_in_round_0_and_illegal_ones_are_left_out(tmp_path):
+  k = reduce("SUM", (256, 256), (1,))
+  warm = [[{"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": 4}], [{"op": "UPCAST", "axis": 9, "amt": 4}]]
+  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=8, **FAST)), warm=warm)
+  seeds = [c.opts for c in r.candidates if c.round == 0]
+  assert warm[0] in seeds and [] in seeds and len(seeds) == 3 and r.verified
+  cache = ResultCache(tmp_path / "r.sqlite")
+  cache.put(r)
+  assert cache.winners_elsewhere(k.key, "another-fingerprint", r.action_space_version) == [r.best_opts]
+  assert cache.winners_elsewhere(k.key, r.fingerprint_hash, r.action_space_version) == []  # its own is a hit, not a warm start

@@ -222,7 +222,7 @@ def cmd_tune(args) -> int:
       cached = r is not None
       if r is None:
         with progress.kernel(name, settings) as show:
-          try: r = tune(k, args.device, settings, progress=show)
+          try: r = tune(k, args.device, settings, progress=show, warm=cache.winners_elsewhere(k.key, fp_hash, ACTION_SPACE_VERSION))
           except (SearchError, RenderBug, DeviceBusy) as e:
             ok, e = False, f"device busy: {e}" if isinstance(e, DeviceBusy) else e
             print(json.dumps({"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": str(e)}) if args.json else f"FAILED {name}: {e}")
