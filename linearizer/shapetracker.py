@@ -142,7 +142,7 @@ def affine(x: sint, ivars: Sequence[Var]) -> Optional[tuple[list[sint], sint]]:
 
 def _per_dim_mask(valid: sint, ivars: Sequence[Var], shape: Sequence[sint]) -> Optional[list[tuple[sint, sint]]]:
   """Read a conjunction of bounds on single index vars as one [lo, hi) per dim, if it is one."""
-  if valid == 0: return [(0, 0)] * len(ivars)
+  if valid == 0: return [(0, 0)] * len(ivars) if ivars else None  # a view of no dims has no mask to say "never valid" with
   lo: list[int] = [0] * len(ivars)
   hi: list[sint] = list(shape)
   for t in [] if valid == 1 else valid.terms if isinstance(valid, And) else [valid]:

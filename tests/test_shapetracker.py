@@ -304,3 +304,10 @@ def test_symbolic_shrink_and_pad_map_like_numpy_for_every_value_of_the_variable(
     env = {"idx0": idx[0], "idx1": idx[1], "n": v}
     got, ok = np.broadcast_to(evaluate(pos, env), want.shape), np.broadcast_to(evaluate(valid, env), want.shape) == 1
     assert np.array_equal(ok, want != PAD) and np.array_equal(got[ok], want[ok]), v
+
+
+def test_an_empty_mask_survives_reshaping_to_no_dims():
+  # tinygrad's gradient of x.pad(((1, 0),))[0] is a CONST 1.0 read through an empty mask on a size-1 dim: 0 everywhere.
+  # Merged into a view of no dims, the mask had nowhere to live and the kernel stored 1.0.
+  st = ShapeTracker((View.create((1,), (0,), 0, ((0, 0),)),)).reshape(())
+  assert st.expr_idxs([])[1] == 0
