@@ -56,7 +56,7 @@ def serve(db: str, api_processes: int) -> tuple[subprocess.Popen, int]:
   # its access log goes to /dev/null: a pipe nobody reads would fill and stall the server
   p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--workers", "0", "--db", db,
                         "--api-processes", str(api_processes)], cwd=ROOT,
-                       stdout=subprocess.DEVNULL, env={**os.environ, "TUNESVC_TOKENS": "", "TUNESVC_TOKENS_FILE": ""})
+                       stdout=subprocess.DEVNULL, env={**os.environ, "TUNESVC_TOKENS": "", "TUNESVC_TOKENS_FILE": "", "TUNESVC_OPEN_RATE_PER_S": "0"})  # one client: unthrottled
   url = f"http://127.0.0.1:{port}"
   for _ in range(300):
     try:

@@ -443,3 +443,59 @@ def test_database_trouble_is_a_json_503_with_retry_after_and_the_service_recover
       held.close()
       assert http.post("/v1/kernels", json=body(6)).status_code == 202
   finally: svc.stop()
+
+
+def wide(seed: int, leaves: int = 1000):
+  """A valid kernel of about 3 x leaves nodes (a balanced tree, so no depth limit is hit): seconds of validation in bulk."""
+  from linearizer.builders import alu, const, kernel, ld
+  def tree(lo, hi):
+    if hi - lo == 1: return alu("MUL", ld(1, (64, 64)), const(float(seed * leaves + lo) + 0.5, (64, 64)))
+    return alu("ADD", tree(lo, (lo + hi) // 2), tree((lo + hi) // 2, hi))
+  return kernel(tree(0, leaves)).to_json()
+
+def test_a_heavy_lookup_does_not_stall_the_api(tmp_path):
+  """Validating four documents of 4,000 nodes (seconds on a busy machine) runs off the event loop: /healthz answers
+  meanwhile, in a small part of the lookup's time (on the loop it waited for the whole validation)."""
+  import threading
+  from test_worker import api_process
+  docs = [wide(i) for i in range(4)]
+  h = cpu_fingerprint()[1]
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  api, server = api_process(f"sqlite:///{tmp_path}/heavy.db", port), f"http://127.0.0.1:{port}"  # its own process: its own GIL
+  with httpx.Client(base_url=server, timeout=120) as http:
+    http.get("/healthz")
+    answers, took = [], []
+    def heavy():
+      for _ in range(3):
+        start = time.perf_counter()
+        answers.append(http.post("/v1/opts/lookup", json={"fingerprint": h, "kernels": docs}).json())
+        took.append(time.perf_counter() - start)
+    t = threading.Thread(target=heavy)
+    t.start()
+    worst = 0.0
+    with httpx.Client(base_url=server, timeout=120) as probe:
+      while t.is_alive():
+        start = time.perf_counter()
+        assert probe.get("/healthz").status_code == 200
+        worst = max(worst, time.perf_counter() - start)
+        time.sleep(0.05)
+    t.join()
+  api.terminate()
+  api.wait(30)
+  assert answers == [{"results": [None] * 4}] * 3, answers
+  print(f"/healthz worst latency under a heavy lookup: {worst * 1e3:.0f} ms; the lookups took {min(took) * 1e3:.0f} ms or more")
+  assert worst < min(took) / 3, (worst, took)  # on the event loop, a probe waited for a whole validation (the issue's 12 s)
+
+def test_one_lookup_request_is_bounded_and_open_lookups_are_rate_limited(tmp_path):
+  h = cpu_fingerprint()[1]
+  with make_client(tmp_path, lookup_nodes=5000, open_rate_per_s=5) as api:
+    r = api.post("/v1/opts/lookup", json={"fingerprint": h, "kernels": [wide(0), wide(1)]})  # 8,000 nodes
+    assert r.status_code == 413 and "more than 5000 kernel nodes" in r.json()["detail"]
+    key = examples()[0].key
+    got = [api.get(f"/v1/opts/{key}", params={"fingerprint": h}).status_code for _ in range(12)]
+    assert got[:8] == [404] * 8 and got[-1] == 429, got  # a burst of ten (less the lookup above), then the rate
+    r = api.get(f"/v1/opts/{key}", params={"fingerprint": h})
+    assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+    assert api.get(f"/v1/opts/{key}", params={"fingerprint": h}, headers=SUB).status_code == 404  # a token's lookups are not open

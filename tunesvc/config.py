@@ -34,6 +34,8 @@ class Settings:
   max_bytes_per_s: float = 2e13
   confirm_tolerance: float = 0.5
   confirm_on_other_worker: bool = False  # a fleet with several workers per fingerprint sets it
+  open_rate_per_s: float = 1000.0      # tokenless lookups per second per client address (bursts of twice that); 0: no limit
+  lookup_nodes: int = 16384            # kernel nodes one lookup request may hold in all (each document costs its validation)
   worker_offline_s: float = 180.0      # a worker silent this long (claims every few seconds, beats every lease/4) is offline
 
   def proof(self) -> Proof:
@@ -43,7 +45,8 @@ class Settings:
   @staticmethod
   def from_env(env: Mapping[str, str] = os.environ) -> Settings:
     """TUNESVC_DATABASE_URL, TUNESVC_TOKENS ('tok:role,...'), TUNESVC_TOKENS_FILE, TUNESVC_OPEN_LOOKUPS (0/1),
-    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S, TUNESVC_CONFIRM_TOLERANCE, TUNESVC_CONFIRM_ON_OTHER_WORKER (0/1), TUNESVC_WORKER_OFFLINE_S."""
+    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S, TUNESVC_CONFIRM_TOLERANCE, TUNESVC_CONFIRM_ON_OTHER_WORKER (0/1), TUNESVC_WORKER_OFFLINE_S,
+    TUNESVC_OPEN_RATE_PER_S, TUNESVC_LOOKUP_NODES."""
     tokens = parse_tokens(env.get("TUNESVC_TOKENS", ""))
     if path := env.get("TUNESVC_TOKENS_FILE"): tokens |= parse_tokens(Path(path).read_text())
     return Settings(database_url=env.get("TUNESVC_DATABASE_URL") or None, tokens=tokens,
@@ -52,4 +55,5 @@ class Settings:
                     answer_ttl_s=float(env.get("TUNESVC_ANSWER_TTL_S", 1.0)),
                     confirm_tolerance=float(env.get("TUNESVC_CONFIRM_TOLERANCE", 0.5)),
                     confirm_on_other_worker=env.get("TUNESVC_CONFIRM_ON_OTHER_WORKER", "0") == "1",
-                    worker_offline_s=float(env.get("TUNESVC_WORKER_OFFLINE_S", 180.0)))
+                    worker_offline_s=float(env.get("TUNESVC_WORKER_OFFLINE_S", 180.0)),
+                    open_rate_per_s=float(env.get("TUNESVC_OPEN_RATE_PER_S", 1000.0)), lookup_nodes=int(env.get("TUNESVC_LOOKUP_NODES", 16384)))

@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc, text
 from starlette.exceptions import HTTPException
 from tunesvc.api import admin, dashboard, kernels, opts, programs, status, workers
+from tunesvc.api.limits import RateLimit
 from tunesvc.api.metrics import Metrics, MetricsMiddleware
 from tunesvc.config import Settings
 from tunesvc.store import Store, queue
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_body_size=settings.max_body_bytes)
   app.state.settings, app.state.store, app.state.metrics = settings, st, Metrics(st)
   app.state.recent_answers = opts.RecentAnswers(settings.answer_ttl_s)
+  app.state.rate_limit = RateLimit(settings.open_rate_per_s, 2 * settings.open_rate_per_s)
   for r in (kernels.router, opts.router, workers.router, status.router, programs.router, admin.router, dashboard.router): app.include_router(r)
   app.mount("/static", dashboard.static)
   app.add_middleware(opts.FastLookup, state=app.state)

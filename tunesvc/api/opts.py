@@ -5,8 +5,11 @@ from types import SimpleNamespace
 from typing import Annotated, Optional
 from urllib.parse import parse_qsl
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 from tunesvc.api.auth import lookup_role
+from tunesvc.api.limits import check_nodes
 from tunesvc.api.kernels import load_all
 from tunesvc.api.models import HEX64, MAX_INT, LookupRequest, LookupResponse, OptsOut
 from tunesvc.store import reads
@@ -58,16 +61,33 @@ def not_tuned(key: str, fingerprint: str, version: Optional[int]) -> str:
 async def opts(kernel_key: Annotated[str, Path(pattern=HEX64)], fingerprint: Annotated[str, Query(pattern=HEX64)], request: Request,
                action_space_version: Annotated[Optional[int], Query(ge=0, le=MAX_INT, description="default: the newest tuned")] = None):
   """The fastest verified opts of this kernel on this fingerprint, or 404: then run the hand-coded ones."""
+  if "authorization" not in request.headers: request.app.state.rate_limit.check(client_of(request.scope))
   if (a := (await answers(request.app.state, [kernel_key], fingerprint, action_space_version))[0]) is None:
     raise HTTPException(404, not_tuned(kernel_key, fingerprint, action_space_version))
   return a
 
 
-@router.post("/lookup", response_model=LookupResponse)
-async def lookup(body: LookupRequest, request: Request):
-  """A batch of keys and/or documents in one query; null where nothing is tuned."""
-  keys = body.keys + [k.key for k in load_all(body.kernels, "kernels")]
-  return LookupResponse(results=await answers(request.app.state, keys, body.fingerprint, body.action_space_version))
+def client_of(scope) -> str: return (scope.get("client") or ("?",))[0]
+
+def _documents(raw: bytes, nodes: int) -> tuple[LookupRequest, list[str]]:
+  """The body parsed, bounded and its documents validated: CPU work, done in a thread off the event loop."""
+  try: body = LookupRequest.model_validate_json(raw)
+  except ValidationError as e: raise RequestValidationError([{**x, "loc": ("body", *x["loc"])} for x in e.errors()]) from None
+  check_nodes(body.kernels, nodes)
+  return body, body.keys + [k.key for k in load_all(body.kernels, "kernels")]
+
+@router.post("/lookup", response_model=LookupResponse, openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+             "schema": LookupRequest.model_json_schema()}}}}, responses={413: {"description": "more kernel nodes than one request may hold"},
+                                                                         429: {"description": "this client's open lookups are over their rate"}})
+async def lookup(request: Request):
+  """A batch of keys and/or documents in one query (LookupRequest); null where nothing is tuned. Documents cost: at most
+  TUNESVC_LOOKUP_NODES kernel nodes in all, parsed and validated off the event loop, each document one more request of the
+  rate an open client has."""
+  state, is_open = request.app.state, "authorization" not in request.headers
+  if is_open: state.rate_limit.check(client_of(request.scope))
+  body, keys = await asyncio.to_thread(_documents, await request.body(), state.settings.lookup_nodes)
+  if is_open and body.kernels: state.rate_limit.check(client_of(request.scope), len(body.kernels))
+  return LookupResponse(results=await answers(state, keys, body.fingerprint, body.action_space_version))
 
 
 _HASH, _VERSION = re.compile(HEX64), re.compile(r"[0-9]{1,10}")  # the route's hash pattern; a plain decimal version
@@ -90,6 +110,9 @@ class FastLookup:
     if (len(q) != len(query) or query.keys() - {"fingerprint", "action_space_version"} or not _HASH.fullmatch(query.get("fingerprint", ""))
         or (version is not None and not (_VERSION.fullmatch(version) and int(version) <= MAX_INT))):
       return await self.app(scope, receive, send)
+    if self.state.rate_limit.rate > 0 and not any(k == b"authorization" for k, _ in scope["headers"]) and \
+       self.state.rate_limit.retry_after(client_of(scope)) > 0:
+      return await self.app(scope, receive, send)  # the route answers 429 with its Retry-After
     key, fp, version = m[1], query["fingerprint"], None if version is None else int(version)
     scope["route"] = self.route
     answer = (await answers(self.state, [key], fp, version))[0]
