@@ -43,7 +43,7 @@ def compare(files: list[str], k: str | None = None, timeout: float = 7200) -> di
   res = {m: run(m, files, k, timeout) for m in MODES}
   plain, tsvc = res["plain"][0], res["tunesvc"][0]
   differ = {t: (plain.get(t), tsvc.get(t)) for t in sorted(set(plain) | set(tsvc)) if plain.get(t) != tsvc.get(t)}
-  count = lambda o: {s: sum(v == s for v in o.values()) for s in ("passed", "failed", "error", "skipped")}
+  count = lambda o: {s: sum(v == s for v in o.values()) for s in ("passed", "failure", "error", "skipped")}
   return {"plain": count(plain), "tunesvc": count(tsvc), "differ": differ, "stats": res["tunesvc"][1],
           "seconds": {m: round(res[m][2], 1) for m in MODES}, "not_passed": sorted(t for t, o in plain.items() if o != "passed")}
 
