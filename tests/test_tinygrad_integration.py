@@ -75,6 +75,7 @@ def test_disable_restores_tinygrad():
   (Tensor.ones(3, 5) * 4).sum().numpy()
   assert tsvc.stats()["compiled"] == 0
 
+@pytest.mark.slow
 def test_an_unmodified_script_runs_on_tunesvc(tmp_path):
   script = tmp_path / "model.py"
   script.write_text("from tinygrad import Tensor\nprint((Tensor([1.0, 2.0, 3.0]) * 2).sum().numpy())\n")
@@ -89,6 +90,7 @@ def test_an_unmodified_script_runs_on_tunesvc(tmp_path):
 
 SLICE = "test_matmul_simple or test_conv2d_bs_4_cin_1 or test_sum_full or test_max_pool2d_simple or test_pad2d or test_pad_slice or test_where"
 
+@pytest.mark.slow
 def test_tinygrad_op_tests_slice_same_outcomes():
   """A bounded slice of tinygrad's own test_ops.py against torch: the same outcome for every test, no fallback."""
   rep = compare(["test/test_ops.py"], SLICE, timeout=900)
@@ -96,6 +98,7 @@ def test_tinygrad_op_tests_slice_same_outcomes():
   assert rep["tunesvc"]["passed"] >= 6 and rep["stats"]["compiled"] > 0 and rep["stats"]["fallback"] == 0, rep
 
 
+@pytest.mark.slow
 def test_end_to_end_a_served_model_is_tuned_then_every_kernel_served_tuned(tmp_path):
   """tunesvc serve on SQLite with a local worker; a small model run with submit=True queues its kernels, the worker
   tunes them, and a second run (a fresh local cache: every answer from the store) compiles every kernel with tuned opts."""
@@ -130,6 +133,7 @@ def test_end_to_end_a_served_model_is_tuned_then_every_kernel_served_tuned(tmp_p
     svc.stop()
 
 
+@pytest.mark.slow
 def test_capture_a_model_then_submit_it_grouped_by_model(tmp_path, server):
   """`tunesvc capture` writes each distinct kernel once with its runs; `tunesvc tune model.jsonl --server` submits them as
   the model's; the API and the dashboard group them by model with their states."""
