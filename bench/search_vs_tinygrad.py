@@ -41,7 +41,7 @@ from linearizer.fuzz import positions
 from linearizer.reference import expected_range, random_buffers
 from linearizer.shapetracker import View, strides_for_shape
 from search.settings import SearchSettings
-from search.tune import SearchError, tune
+from search.tune import DeviceBusy, SearchError, tune
 from tunesvc.runtime import compile_kernel
 
 CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # beside the checkout, as tests/conftest.py
@@ -217,7 +217,7 @@ def bench_kernel(c: Case, args, tg: Optional[Tinygrad], tmp: Path) -> dict:
     args_vv = [vv[v.name] for v in k.vars]
     prg(out, *ins, var_vals=args_vv)
     if check("tunesvc", out, ins): fns["tunesvc"] = lambda: prg.time(out, *ins, var_vals=args_vv)
-  except SearchError as e: res["notes"]["tunesvc"] = f"search failed: {tg_note(e)}"
+  except (SearchError, DeviceBusy) as e: res["notes"]["tunesvc"] = f"search failed: {tg_note(e)}"  # busy: the search refused to store
 
   # tinygrad: its BEAM search of the twin or the plan, on the same inputs through .npy files
   if tg is not None:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 MAX_INT = 2**31 - 1
 
 
-def job(default: Any, help: str, **bounds) -> Any:
+def job_field(default: Any, help: str, **bounds) -> Any:
   """A field a job may set: its default, its help, and its bounds (pydantic's ge/gt/le/lt)."""
   return field(default=default, metadata={"help": help, "bounds": bounds})
 
@@ -27,8 +27,8 @@ class OnBusy(str, Enum):
 
 @dataclass(frozen=True)
 class StrategySettings:
-  beam: int = job(4, "beam width", ge=1, le=64)
-  min_improvement: float = job(0.01, "a round gaining less than this share ends the search", ge=0, lt=1)
+  beam: int = job_field(4, "beam width", ge=1, le=64)
+  min_improvement: float = job_field(0.01, "a round gaining less than this share ends the search", ge=0, lt=1)
   max_rounds: int = 32
 
 
@@ -43,8 +43,8 @@ class BuildSettings:
 
 @dataclass(frozen=True)
 class MeasureSettings:
-  seed: int = job(0, "seed of the input data", ge=0, le=MAX_INT)
-  min_time_s: float = job(0.05, "measured time per candidate", ge=0.001, le=10)
+  seed: int = job_field(0, "seed of the input data", ge=0, le=MAX_INT)
+  min_time_s: float = job_field(0.05, "measured time per candidate", ge=0.001, le=10)
   early_stop: float = 3.0             # stop timing a candidate this many times slower than the best
   timeout_factor: float = 20.0        # a candidate's time limit: this many times the best (seeds: seed_timeout_s)
   seed_timeout_s: float = 120.0
@@ -53,7 +53,7 @@ class MeasureSettings:
 @dataclass(frozen=True)
 class FinalSettings:
   final_top: int = 3                  # candidates re-timed against the baseline at the end
-  final_rounds: int = job(7, "interleaved re-timings of the finalists", ge=1, le=100)
+  final_rounds: int = job_field(7, "interleaved re-timings of the finalists", ge=1, le=100)
   # a final check on the CPU is contended (busy) when the rest of the machine kept busy_load cores busy meanwhile, or
   # the baseline drifted more than max_drift between the check's halves: see OnBusy
   busy_load: float = 0.5
@@ -65,8 +65,8 @@ class FinalSettings:
 
 @dataclass(frozen=True)
 class SearchSettings:
-  budget_s: Optional[float] = job(120.0, "seconds the search may take", gt=0, le=86400)
-  budget_candidates: Optional[int] = job(None, "candidates the search may measure", ge=1, le=100_000)
+  budget_s: Optional[float] = job_field(120.0, "seconds the search may take", gt=0, le=86400)
+  budget_candidates: Optional[int] = job_field(None, "candidates the search may measure", ge=1, le=100_000)
   var_vals: Optional[dict] = None     # where to tune a symbolic kernel (default: each variable's midpoint)
   strategy: StrategySettings = StrategySettings()
   build: BuildSettings = BuildSettings()
