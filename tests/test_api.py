@@ -310,7 +310,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
     confirm(api, wid, job)
   schema = schemathesis.openapi.from_asgi("/openapi.json", app)
   ops = [r.ok() for r in schema.get_all_operations()]
-  assert len(ops) == 20
+  assert len(ops) == 21
   for op in ops:
     @given(case=op.as_strategy())
     @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -499,3 +499,26 @@ def test_one_lookup_request_is_bounded_and_open_lookups_are_rate_limited(tmp_pat
     r = api.get(f"/v1/opts/{key}", params={"fingerprint": h})
     assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
     assert api.get(f"/v1/opts/{key}", params={"fingerprint": h}, headers=SUB).status_code == 404  # a token's lookups are not open
+
+
+def test_inputs_that_cannot_run_are_refused_up_front(tmp_path):
+  from linearizer.builders import alu
+  from linearizer.builders import elementwise
+  from linearizer.dtypes import float64
+  big = elementwise((32768, 65536), [(32768, 65536)] * 2, lambda a, b: alu("ADD", a, b), float64)  # 51.5 GB of buffers
+  with make_client(tmp_path, max_kernel_bytes=1 << 30) as api:
+    r = api.post("/v1/kernels", json={"kernels": [big.to_json()]}, headers=SUB)
+    assert r.status_code == 422 and "its buffers need 51,539,607,552 bytes, more than this service's limit of 1,073,741,824" in r.text, r.text
+    doc = example("sum_all").to_json()
+    nan = json.dumps({"kernels": [example("softmax_div").to_json()]}).replace('"val": 1.4426950216293335', '"val": NaN', 1)
+    assert "NaN" in nan
+    r = api.post("/v1/kernels", content=nan, headers={**SUB, "Content-Type": "application/json"})
+    assert r.status_code == 422 and "NaN is not JSON" in r.text, r.text  # as `tunesvc kernel check` says
+    r = api.post("/v1/kernels", json={"kernels": [doc], "device": "HIP"}, headers=SUB)
+    assert r.status_code == 202 and r.json()["warnings"] == ["no worker has registered device HIP: the jobs wait for one; registered: none"]
+    job = r.json()["jobs"][0]
+    r = api.post(f"/v1/jobs/{job['job_id']}/cancel", json={"reason": "wrong device"}, headers=SUB)
+    assert r.status_code == 200 and r.json()["state"] == "failed" and "cancelled: wrong device" in r.json()["error"]
+    assert api.post(f"/v1/jobs/{job['job_id']}/cancel", json={}, headers=SUB).status_code == 409
+    assert api.post("/v1/jobs/999/cancel", json={}, headers=SUB).status_code == 404
+    assert api.post("/v1/kernels", json={"kernels": [doc], "device": "HIP"}, headers=SUB).json()["jobs"][0]["job_id"] != job["job_id"]

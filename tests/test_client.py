@@ -216,3 +216,13 @@ def test_a_full_cache_disk_keeps_the_servers_answer(server, tmpfs):
   with Client(server, cache_dir=tmpfs / "cache") as c:
     assert c.opts_for(k, h, 1) == job["result"]["opts"]  # not cached, still answered
     assert c._down_until == 0.0  # and the server is not marked away
+
+
+def test_tunesvc_jobs_cancel_ends_a_queued_job(server):
+  job, = Client(server, "sub").submit([example("matmul_512")])
+  cli = [sys.executable, "-m", "tunesvc.cli", "jobs", "cancel", str(job["job_id"]), "--reason", "not needed", "--server", server, "--token", "sub"]
+  r = subprocess.run(cli, capture_output=True, text=True)
+  assert r.returncode == 0 and f"job {job['job_id']} failed: cancelled: not needed" in r.stdout, r.stdout + r.stderr
+  assert Client(server, "sub").job(job["job_id"])["state"] == "failed"
+  r = subprocess.run(cli, capture_output=True, text=True)
+  assert r.returncode == 2 and "409" in r.stderr

@@ -414,7 +414,14 @@ def cmd_kernels(args) -> int:
   if page["next_offset"] is not None: print(f"more: --offset {page['next_offset']}", file=sys.stderr)
   return 0
 
+def cmd_jobs_cancel(args) -> int:
+  if args.job_id is None: _fail("ERROR jobs cancel needs a job ID")
+  with _service(args) as c: j = c.cancel(args.job_id, args.reason)
+  print(f"job {j['job_id']} {j['state']}: {j['error'].strip().splitlines()[-1]}")
+  return 0
+
 def cmd_jobs(args) -> int:
+  if args.action == "cancel": return cmd_jobs_cancel(args)
   from rich.table import Table
   with _service(args) as c: page = c.jobs(args.state, args.limit, args.offset)
   if args.json:
@@ -487,6 +494,9 @@ def add_service_commands(sub) -> None:
   k.set_defaults(fn=cmd_kernels)
   j = sub.add_parser("jobs", parents=[server, page], help="list the server's jobs: queued ones in claim order, then the others newest first")
   j.add_argument("--state", choices=states, help="only jobs in this state")
+  j.add_argument("action", nargs="?", choices=["cancel"], help="cancel: end job ID (queued or running) as failed, with --reason")
+  j.add_argument("job_id", nargs="?", type=int, metavar="ID")
+  j.add_argument("--reason", default="cancelled by the user")
   j.set_defaults(fn=cmd_jobs)
   s = sub.add_parser("submit", parents=[server], help="queue kernels for tuning on a server: a job per kernel")
   s.add_argument("files", nargs="+", help=".json (one document), .jsonl or .jsonl.gz (one per line)")

@@ -51,7 +51,12 @@ class Client:
     each one's `runs`)."""
     body = {"kernels": [_doc(k) for k in kernels], "device": device, "search": search or {}, "priority": priority,
             **({"model": model, "runs": None if runs is None else list(runs)} if model else {})}
-    return self._call("POST", "/v1/kernels", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()["jobs"]
+    out = self._call("POST", "/v1/kernels", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()
+    for w in out.get("warnings", []): log.warning("tunesvc: %s", w)
+    return out["jobs"]
+
+  def cancel(self, job_id: int, reason: str = "cancelled by the user") -> dict:
+    return self._call("POST", f"/v1/jobs/{job_id}/cancel", json={"reason": reason}).json()
 
   def job(self, job_id: int) -> dict: return self._call("GET", f"/v1/jobs/{job_id}").json()
   def kernel(self, key: str) -> dict: return self._call("GET", f"/v1/kernels/{key}").json()

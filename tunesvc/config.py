@@ -36,6 +36,7 @@ class Settings:
   confirm_on_other_worker: bool = False  # a fleet with several workers per fingerprint sets it
   open_rate_per_s: float = 1000.0      # tokenless lookups per second per client address (bursts of twice that); 0: no limit
   lookup_nodes: int = 16384            # kernel nodes one lookup request may hold in all (each document costs its validation)
+  max_kernel_bytes: int = 16 << 30     # buffer bytes a submitted kernel may need (422 past it): what no worker could allocate
   worker_offline_s: float = 180.0      # a worker silent this long (claims every few seconds, beats every lease/4) is offline
 
   def proof(self) -> Proof:
@@ -46,7 +47,7 @@ class Settings:
   def from_env(env: Mapping[str, str] = os.environ) -> Settings:
     """TUNESVC_DATABASE_URL, TUNESVC_TOKENS ('tok:role,...'), TUNESVC_TOKENS_FILE, TUNESVC_OPEN_LOOKUPS (0/1),
     TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S, TUNESVC_CONFIRM_TOLERANCE, TUNESVC_CONFIRM_ON_OTHER_WORKER (0/1), TUNESVC_WORKER_OFFLINE_S,
-    TUNESVC_OPEN_RATE_PER_S, TUNESVC_LOOKUP_NODES."""
+    TUNESVC_OPEN_RATE_PER_S, TUNESVC_LOOKUP_NODES, TUNESVC_MAX_KERNEL_BYTES."""
     tokens = parse_tokens(env.get("TUNESVC_TOKENS", ""))
     if path := env.get("TUNESVC_TOKENS_FILE"): tokens |= parse_tokens(Path(path).read_text())
     return Settings(database_url=env.get("TUNESVC_DATABASE_URL") or None, tokens=tokens,
@@ -56,4 +57,5 @@ class Settings:
                     confirm_tolerance=float(env.get("TUNESVC_CONFIRM_TOLERANCE", 0.5)),
                     confirm_on_other_worker=env.get("TUNESVC_CONFIRM_ON_OTHER_WORKER", "0") == "1",
                     worker_offline_s=float(env.get("TUNESVC_WORKER_OFFLINE_S", 180.0)),
-                    open_rate_per_s=float(env.get("TUNESVC_OPEN_RATE_PER_S", 1000.0)), lookup_nodes=int(env.get("TUNESVC_LOOKUP_NODES", 16384)))
+                    open_rate_per_s=float(env.get("TUNESVC_OPEN_RATE_PER_S", 1000.0)), lookup_nodes=int(env.get("TUNESVC_LOOKUP_NODES", 16384)),
+                    max_kernel_bytes=int(env.get("TUNESVC_MAX_KERNEL_BYTES", 16 << 30)))

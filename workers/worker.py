@@ -79,7 +79,7 @@ class Worker:
       return False
     except DeviceBusy as e:  # back to the queue with the reason: another attempt, later, may find the machine quiet
       return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"device busy: {e}", retry=True))
-    except (KernelValidationError, SearchError, RenderBug) as e:  # the same input fails the same way: no retry
+    except (KernelValidationError, SearchError, RenderBug, MemoryError) as e:  # the same input fails the same way: no retry
       return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=False))
     except Exception as e:
       log.exception("job %s failed", jid)

@@ -1,10 +1,11 @@
 """Submitting kernels for tuning, and reading jobs, kernels and their history."""
 from __future__ import annotations
+import math
 from typing import Annotated, Optional
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from linearizer.ast import KernelAST, KernelValidationError, load
 from tunesvc.api.auth import ANY, role
-from tunesvc.api.models import DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, ResultOut, State, \
+from tunesvc.api.models import CancelRequest, DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, ResultOut, State, \
   SubmitRequest, SubmitResponse, storable
 from tunesvc.store import queue, reads
 
@@ -12,13 +13,29 @@ router = APIRouter(prefix="/v1", tags=["kernels"])
 KeyPath = Annotated[str, Path(pattern=HEX64, description="the kernel key")]
 
 
-def load_all(docs: list[dict], field: str) -> list[KernelAST]:
-  """Validate every document; one 422 naming each bad one by index and JSON path."""
+def json_only(x, path: str = "$") -> None:
+  """The CLI's rule (linearizer.ast.loads) for a document the API's JSON parser read: NaN and Infinity are not JSON."""
+  if isinstance(x, float) and not math.isfinite(x): raise KernelValidationError(path, f"{'NaN' if x != x else ('-' if x < 0 else '') + 'Infinity'} is not JSON")
+  if isinstance(x, dict):
+    for k, v in x.items(): json_only(v, k if path == "$" else f"{path}.{k}")
+  elif isinstance(x, list):
+    for i, v in enumerate(x): json_only(v, f"{path}[{i}]")
+
+def buffer_bytes(k: KernelAST) -> int:
+  """The bytes a run allocates (each buffer's reached window, variables at their largest)."""
+  kr = k.rebased()
+  return sum(n * b.dtype.itemsize for b, n in zip(kr.buffers, kr.buffer_sizes({v.name: v.max for v in kr.vars})))
+
+def load_all(docs: list[dict], field: str, max_bytes: Optional[int] = None) -> list[KernelAST]:
+  """Validate every document (and with max_bytes, bound the memory a run needs); one 422 naming each bad one by index and JSON path."""
   out, errors = [], []
   for i, doc in enumerate(docs):
     try:
+      json_only(doc)
       out.append(k := load(doc))
       storable(k.name, "name")
+      if max_bytes is not None and (n := buffer_bytes(k)) > max_bytes:
+        raise KernelValidationError("$", f"its buffers need {n:,} bytes, more than this service's limit of {max_bytes:,} (TUNESVC_MAX_KERNEL_BYTES)")
     except (KernelValidationError, ValueError) as e:
       path, msg = (e.path, e.message) if isinstance(e, KernelValidationError) else ("name", str(e))
       errors.append({"loc": ["body", field, i], "type": "invalid_kernel", "path": path, "msg": f"{field}[{i}] {path}: {msg}"})
@@ -30,14 +47,24 @@ def load_all(docs: list[dict], field: str) -> list[KernelAST]:
 def submit(body: SubmitRequest, request: Request):
   """Queue a tuning job per kernel. A kernel with a queued, running or done job for the same device and search settings
   shares that job; a done one carries its result."""
-  kernels = load_all(body.kernels, "kernels")
+  kernels = load_all(body.kernels, "kernels", request.app.state.settings.max_kernel_bytes)
   settings = body.search.model_dump()
   if settings["action_space_version"] is None: del settings["action_space_version"]  # settings (and their hash) as before it existed
   if body.runs is not None and (body.model is None or len(body.runs) != len(kernels) or min(body.runs) < 1):
     raise HTTPException(422, "runs needs a model and one count of at least 1 per kernel")
   jobs = queue.submit(request.app.state.store, kernels, body.device, settings, body.priority,
                       request.app.state.settings.max_attempts, body.model, body.runs)
-  return SubmitResponse(jobs=[JobOut.of(j, r) for j, r in jobs])
+  known, warnings = reads.devices(request.app.state.store), []
+  if body.device not in known:
+    warnings.append(f"no worker has registered device {body.device}: the jobs wait for one; registered: "
+                    f"{', '.join(sorted(d for d in known if len(d) < 64)) or 'none'}")
+  return SubmitResponse(jobs=[JobOut.of(j, r) for j, r in jobs], warnings=warnings)
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, dependencies=[role("submit")], responses={409: {"description": "the job has ended"}})
+def cancel(job_id: IdPath, body: CancelRequest, request: Request):
+  """A queued or running job ends failed with the reason; its worker stops at its next heartbeat."""
+  return JobOut.of(queue.cancel(request.app.state.store, job_id, body.reason), None)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, dependencies=[ANY])

@@ -100,7 +100,11 @@ class JobOut(BaseModel):
                max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created, started=j.started,
                finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
 
-class SubmitResponse(BaseModel): jobs: list[JobOut]
+class SubmitResponse(BaseModel):
+  jobs: list[JobOut]
+  warnings: list[str] = Field([], description="e.g. no worker has registered this device: the jobs wait for one")
+
+class CancelRequest(Request): reason: str = Field("cancelled by the user", min_length=1, max_length=4096)
 
 
 class ModelKernelOut(BaseModel):

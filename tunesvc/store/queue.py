@@ -90,6 +90,17 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
   return w
 
 
+def cancel(st: Store, job_id: int, reason: str) -> Job:
+  """A queued or running job ends failed with the reason (its worker's next heartbeat is refused: it stops searching)."""
+  with st.write() as s:
+    job = _get(s, Job, job_id, lock=True)
+    if job.state in ("done", "failed"): raise Conflict(f"job {job_id} has ended: it is {job.state}")
+    job.state, job.finished, job.error = "failed", time.time(), job.error + f"cancelled: {reason}\n"
+    job.lease_owner = job.lease_expires = job.last_owner = None
+    if job.kind == "confirm": _refute(s, job.confirms, f"its confirm job {job.id} was cancelled", job.finished)
+  return job
+
+
 def _attempt_failed(s: Session, job: Job, reason: str, t: float, retry: bool = True, lapsed: bool = False) -> None:
   job.attempts += 1
   job.error += f"attempt {job.attempts}: {reason}\n"

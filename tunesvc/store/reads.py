@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 from sqlalchemy import Row, bindparam, exists, func, select
 from tunesvc.store import Store
-from tunesvc.store.models import Best, Job, Kernel, Measurement, ModelKernel, Result, Worker
+from tunesvc.store.models import Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
 
 
 def job(st: Store, job_id: int) -> tuple[Job, Optional[Result]] | None:
@@ -102,3 +102,8 @@ def model_kernels(st: Store, model: Optional[str] = None) -> dict[str, list[tupl
   out: dict[str, list] = {}
   for mk, k in rows: out.setdefault(mk.model, []).append((k, mk.runs, states.get(k.key, [])))
   return out
+
+
+def devices(st: Store) -> set[str]:
+  """Every device selector some worker has registered: backend names and fingerprint hashes."""
+  with st.read() as s: return {x for row in s.execute(select(Fingerprint.backend, Fingerprint.hash)) for x in row}
