@@ -25,11 +25,20 @@ class OnBusy(str, Enum):
   STORE = "store"
 
 
+class StrategyKind(str, Enum):
+  """Which strategy proposes: BEAM measures every child of the beam; MODEL (search/model_beam.py) measures only the
+  children a cost model trained on the search's own measurements ranks fastest, measure_top a round."""
+  BEAM = "beam"
+  MODEL = "model"
+
+
 @dataclass(frozen=True)
 class StrategySettings:
   beam: int = job_field(4, "beam width", ge=1, le=64)
   min_improvement: float = job_field(0.01, "a round gaining less than this share ends the search", ge=0, lt=1)
   max_rounds: int = 32
+  strategy: StrategyKind = job_field(StrategyKind.BEAM, "beam: measure every child of the beam; model: only the cost model's top ones")
+  measure_top: int = job_field(12, "children measured a round under the model strategy", ge=1, le=10_000)
 
 
 @dataclass(frozen=True)
@@ -82,13 +91,14 @@ class SearchSettings:
     allowed = set(JOB_FIELDS) | JOB_EXTRA if job else set(NAMES)
     if bad := sorted(set(d) - allowed): raise ValueError(f"unknown search settings: {', '.join(map(str, bad))}")
     top = {k: v for k, v in d.items() if NAMES.get(k) is None}
-    stages = {s: cls(**{k: OnBusy(v) if k == "on_busy" else v for k, v in d.items() if NAMES.get(k) == s}) for s, cls in STAGES.items()}
+    stages = {s: cls(**{k: ENUMS[k](v) if k in ENUMS else v for k, v in d.items() if NAMES.get(k) == s}) for s, cls in STAGES.items()}
     return SearchSettings(**{k: v for k, v in top.items() if k not in JOB_EXTRA}, **stages)
 
 
 STAGES: dict[str, type] = {"strategy": StrategySettings, "build": BuildSettings, "measure": MeasureSettings, "final": FinalSettings}
 NAMES: dict[str, Optional[str]] = {**{f.name: None for f in fields(SearchSettings) if f.name not in STAGES},
                                    **{f.name: s for s, cls in STAGES.items() for f in fields(cls)}}  # name -> its stage (None: top)
+ENUMS: dict[str, type] = {"on_busy": OnBusy, "strategy": StrategyKind}  # names whose JSON form is an enum's value
 JOB_EXTRA = {"action_space_version"}  # a job's key the queue reads (which workers may claim it), not the search's
 
 

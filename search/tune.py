@@ -1,4 +1,4 @@
-"""tune(): one kernel, one device -- the orchestration: a strategy (beam search) proposes, the builder compiles in the
+"""tune(): one kernel, one device -- the orchestration: a strategy (beam search, or beam search guided by a cost model) proposes, the builder compiles in the
 pool, the sandboxed runner measures, within the budget and until the caller's stop event.
 
 Candidates render and compile in the pool while the runner measures the ones ready; every timing runs with the pool
@@ -19,10 +19,11 @@ from search.actions import actions_for
 from search.beam import BeamStrategy
 from search.builder import Build, Builder
 from search.load import OtherLoad, wait_quiet
+from search.model_beam import ModelBeamStrategy
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Status
 from search.runner import Runner, write_case
-from search.settings import OnBusy, SearchSettings
+from search.settings import OnBusy, SearchSettings, StrategyKind
 from search.strategy import drive
 
 
@@ -54,7 +55,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     root = Kernel(kr, dev.options())
     hand = root.copy()
     hand_coded_optimizations(hand)
-    strategy = BeamStrategy(warm_seeds(root, [hand.applied_opts, [], *warm]), actions_for(root.options), s.strategy)
+    kind = ModelBeamStrategy if s.strategy.strategy is StrategyKind.MODEL else BeamStrategy
+    strategy = kind(warm_seeds(root, [hand.applied_opts, [], *warm]), actions_for(root.options), s.strategy)
     deadline = start + s.budget_s if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     pool.close()

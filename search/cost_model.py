@@ -1,0 +1,39 @@
+"""The learned cost model: gradient-boosted trees from a candidate's features (search/features.py) to its log time.
+
+Trained on log time (a kernel's candidates span orders of magnitude; what matters is the ratio between them), ranking
+by predicted time. Small-data settings: a search has tens of measurements, not thousands, so leaves may hold few."""
+from __future__ import annotations
+from typing import Sequence
+import numpy as np
+import lightgbm  # LightGBM: fast to fit on tens of rows, a lambdarank objective for cross-kernel ranking, a wheel with no build step
+
+MIN_FIT = 4   # measurements below which there is nothing to learn from
+ROUNDS = 60
+PARAMS = dict(objective="regression", learning_rate=0.15, num_leaves=8, min_data_in_leaf=2, num_threads=1,  # one thread: a busy machine
+              deterministic=True, force_row_wise=True, verbose=-1)
+DATASET = dict(min_data_in_bin=1, verbose=-1)
+
+
+class CostModel:
+  def __init__(self, seed: int = 0):
+    self.seed, self.booster = seed, None  # a lightgbm.Booster once fitted
+
+  @property
+  def fitted(self) -> bool: return self.booster is not None
+
+  def fit(self, features: Sequence[Sequence[float]], times: Sequence[float]) -> CostModel:
+    """Fit on measured times (seconds, > 0); ValueError where fewer than MIN_FIT."""
+    if len(times) < MIN_FIT: raise ValueError(f"{len(times)} measurements: a cost model needs {MIN_FIT} at least")
+    if len(features) != len(times) or min(times) <= 0: raise ValueError("one positive time per feature vector")
+    data = lightgbm.Dataset(np.asarray(features, dtype=np.float64), np.log(np.asarray(times, dtype=np.float64)), params=DATASET)
+    self.booster = lightgbm.train(dict(PARAMS, seed=self.seed), data, num_boost_round=ROUNDS)
+    return self
+
+  def predict(self, features: Sequence[Sequence[float]]) -> np.ndarray:
+    """Predicted log time of each."""
+    if self.booster is None: raise ValueError("the cost model is not fitted")
+    return self.booster.predict(np.asarray(features, dtype=np.float64))
+
+  def rank(self, features: Sequence[Sequence[float]]) -> list[int]:
+    """Indices of the feature vectors, predicted fastest first (ties: in the given order)."""
+    return [int(i) for i in np.argsort(self.predict(features), kind="stable")] if len(features) else []

@@ -1,0 +1,78 @@
+import itertools, math
+from pathlib import Path
+import numpy as np
+import pytest
+from devices import cpu
+from linearizer import reference
+from linearizer.ast import loads
+from linearizer.builders import matmul
+from linearizer.compare import compare
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel, Opt
+from linearizer.lower import lower
+from search.actions import actions_for, children
+from search.cost_model import CostModel
+from search.features import NAMES, features
+from search.settings import SearchSettings
+from search.tune import tune
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples/kernels/maxpool_2x2.json"
+
+
+def kendall_tau(a, b) -> float:
+  pairs = list(itertools.combinations(range(len(a)), 2))
+  return sum(np.sign(a[i] - a[j]) * np.sign(b[i] - b[j]) for i, j in pairs) / len(pairs)
+
+
+def test_features_are_a_fixed_length_deterministic_vector_that_tells_schedules_apart():
+  k = Kernel(matmul(64, 64, 64), cpu.options())
+  hand = k.copy()
+  hand_coded_optimizations(hand)
+  kids = [k, hand, *children(hand, actions_for(k.options))]
+  fs = [features(c) for c in kids]
+  assert all(len(f) == len(NAMES) and all(math.isfinite(x) for x in f) for f in fs)
+  assert fs == [features(c.copy()) for c in kids]  # lowered again: the same vector
+  assert len({tuple(f) for f in fs}) >= len(fs) - 2  # children may lower alike (a split that changes nothing); most differ
+  plain, tuned = dict(zip(NAMES, fs[0])), dict(zip(NAMES, fs[1]))
+  assert plain["accumulators"] == 1 and tuned["accumulators"] > 1 and tuned["acc_lanes"] > plain["acc_lanes"]
+  assert plain["load_strided"] == 1 and plain["load_contiguous"] == 1  # B read down its columns, A along its rows
+  assert tuned["load_w16"] > 0 and plain["load_w1"] == 2 and plain["log_loop_product"] == 18  # 64^3 iterations
+
+
+def test_the_model_ranks_a_monotone_relation_on_held_out_points():
+  rng = np.random.default_rng(1)
+  X = rng.uniform(0, 4, (160, 6))
+  t = np.exp(1.5 * X[:, 0] + 0.5 * X[:, 3]) * 1e-4   # time grows with features 0 and 3, the rest are noise
+  model = CostModel().fit(X[:120].tolist(), t[:120].tolist())
+  order = model.rank(X[120:].tolist())
+  position = np.empty(len(order))
+  position[order] = np.arange(len(order))  # predicted rank, fastest first
+  assert kendall_tau(position, t[120:]) > 0.8
+  assert order[0] == int(np.argmin(model.predict(X[120:].tolist())))
+
+
+def test_the_model_refuses_too_little_data_and_ranking_before_fitting():
+  with pytest.raises(ValueError, match="needs"): CostModel().fit([[1.0], [2.0]], [1e-3, 2e-3])
+  with pytest.raises(ValueError, match="not fitted"): CostModel().rank([[1.0]])
+
+
+@pytest.mark.slow
+def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_beam_and_its_winner_is_correct():
+  ast = loads(EXAMPLE.read_text())
+  common = dict(beam=2, budget_candidates=40, min_time_s=0.005, final_rounds=3)
+  beam = tune(ast, settings=SearchSettings.from_json(common))
+  model = tune(ast, settings=SearchSettings.from_json(dict(common, strategy="model", measure_top=4)))
+  assert model.settings["strategy"] == "model" and beam.settings["strategy"] == "beam"
+  assert len(model.candidates) < len(beam.candidates)
+  assert max(c.round for c in model.candidates) >= 2  # the model ranked at least one round (round 1 is the broad sample)
+  assert all(sum(c.round == r for c in model.candidates) <= 4 for r in range(1, 40))
+  assert model.verified and model.best_s <= model.baseline_s
+  # the winner, independently: its schedule on the original kernel, on random data, output poisoned, against the reference
+  win = Kernel(ast, cpu.options()).apply_opts([Opt.from_json(o) for o in model.best_opts])
+  vv = ast.var_vals()
+  want = reference.random_buffers(ast, vv, 7)
+  reference.run(ast, want, vv)
+  bufs = reference.random_buffers(ast, vv, 7)
+  bufs[0][:] = 12345.0
+  cpu.Program(cpu.compile(cpu.render(lower(win))), "kernel")(*bufs)
+  assert compare(ast, bufs, want, vv) is None
