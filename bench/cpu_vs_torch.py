@@ -43,7 +43,7 @@ from linearizer import builders as B
 from linearizer.ast import KernelAST, loads
 from linearizer.compare import compare
 from linearizer.fuzz import positions
-from linearizer.kernel import Kernel
+from linearizer.kernel import Kernel, OptError
 from linearizer.reference import expected_range, mismatch, poison, random_buffers, reduce_size
 from linearizer import ACTION_SPACE_VERSION
 from linearizer.heuristic import hand_coded_optimizations
@@ -208,7 +208,9 @@ def stream_triad(tmp: Path, n: int) -> Callable[[], float]:
 
 # ---------------------------------------------------------------- one kernel
 
-def strip_threads(opts: list[dict]) -> list[dict]: return [o for o in opts if o["op"] != "THREAD"] if THREADS == 1 else opts
+def strip_threads(opts: list[dict]) -> list[dict]:
+  """At --threads 1, the schedule without its THREAD opts (an opt after one may then fail to apply: OptError)."""
+  return [o for o in opts if o["op"] != "THREAD"] if THREADS == 1 else opts
 
 def tuned_opts(k: KernelAST, args, cache: ResultCache, fp_hash: str) -> tuple[Optional[list[dict]], str]:
   r = cache.get(k.key, fp_hash, ACTION_SPACE_VERSION)
@@ -271,7 +273,10 @@ def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache
     for n, a in arrays.items(): own[n][:] = a
     calls, ok = [], True
     for s, opts, bd in zip(c.steps, per_step, bounds):
-      _, prg, _ = compile_kernel(s.k, "CPU", opts)
+      try: _, prg, _ = compile_kernel(s.k, "CPU", opts)
+      except OptError as e:
+        res["notes"][who], ok = f"n/a (its schedule without THREAD does not apply: {e})", False
+        break
       out = cpu.alloc(s.k.buffer_sizes()[0], s.k.buffers[0].dtype.np)
       out[:] = poison(s.k.buffers[0].dtype, out.size)
       ins = [cpu.alloc(ref[n].size, ref[n].dtype) for n in s.ins]
@@ -466,7 +471,11 @@ def main() -> int:
       for c in cases:
         print(f"{c.name} ...", file=sys.stderr, flush=True)
         st = time.monotonic()
-        results.append(bench_case(c, args, torch_child, tg, tmp, cache, fp_hash))
+        try: results.append(bench_case(c, args, torch_child, tg, tmp, cache, fp_hash))
+        except Exception as e:  # one kernel failing leaves the others' numbers
+          print(f"  FAILED: {tg_note(e)}", file=sys.stderr)
+          results.append({"name": c.name, "group": c.group, "metric": c.metric, "notes": {"hand": f"failed: {tg_note(e)}"}, "times": {},
+                          "mismatch": [], "opts": {}, "other_load": math.nan, "attempts": 0})
         print(f"  {time.monotonic() - st:.0f} s, other load {results[-1]['other_load']:.2f}", file=sys.stderr, flush=True)
     finally:
       for ch in (torch_child, tg):
