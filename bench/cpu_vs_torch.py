@@ -382,8 +382,8 @@ def report(results: list[dict], stream: Optional[dict], cmd: str, facts: list[st
   stream_bw = stream["bytes"] / med(stream["times"]["triad"]) if stream and "times" in stream else None
   lines = [f"Command: `{cmd}`", f"Date: {when}", "", *facts,
            f"- threads: {THREADS} for every contender (tunesvc: THREAD opts{' dropped' if THREADS == 1 else ' as scheduled'}; "
-           f"OPENBLAS_NUM_THREADS; torch.set_num_threads; tinygrad runs one core); tuned: beam {args.beam}, budget {args.budget_s:g} s per kernel "
-           "where not cached",
+           "OPENBLAS_NUM_THREADS; torch.set_num_threads; tinygrad runs one core); tuned: "
+           + ("cached results only (--no-tune)" if args.no_tune else f"beam {args.beam}, budget {args.budget_s:g} s per kernel where not cached"),
            f"- method: per kernel, contenders in rounds of turns ({', '.join(CONTENDERS)}, ...); a turn is one untimed run, then timed "
            f"runs for {args.turn:g} s; until each has {args.min_time:g} s and >= {args.min_runs} runs, or {args.max_runs} runs; median shown",
            "- stream triad: " + (f"{stream_bw * 1e-9:.1f} GB/s ({stream['n']} floats per array, {len(stream['times']['triad'])} runs, "
