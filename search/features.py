@@ -59,7 +59,7 @@ def program_features(prog: Program) -> list[float]:
     total_alu, total_bytes = total_alu + alu * weight, total_bytes + nbytes * weight
     if len(loops) == depth_max: inner_alu, inner_bytes = inner_alu + alu, inner_bytes + nbytes
   f[AT["log_loop_product"]] = math.log2(max(1, math.prod(max(1, smax(u.arg[1])) for u in prog.uops if u.op is UOps.LOOP)))
-  f[AT["threads"]] = threads
+  f[AT["threads"]] = float(threads)
   f[AT["log_groups"]] = math.log2(max(1, math.prod(smax(g) for g in prog.groups)))
   f[AT["local_size"]] = math.prod(prog.local)
   f[AT["alu_per_iter"]], f[AT["bytes_per_iter"]] = inner_alu, inner_bytes

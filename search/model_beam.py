@@ -17,7 +17,7 @@ class ModelBeamStrategy(BeamStrategy):
   def __init__(self, seeds: list[Kernel], actions: tuple[Opt, ...], s: StrategySettings):
     super().__init__(seeds, actions, s)
     self.model = CostModel()
-    self.features: dict[tuple, list[float]] = {}           # by schedule: each candidate lowered once here
+    self.featurised: dict[tuple, list[float]] = {}         # by schedule: each candidate lowered once here
     self.data: list[tuple[list[float], float]] = []        # (features, best time) of everything timed so far
 
   def observe(self, results: list[tuple[Kernel, Candidate]]) -> None:
@@ -35,5 +35,5 @@ class ModelBeamStrategy(BeamStrategy):
       self.pending = [self.pending[i] for i in self.model.rank([self._features(k) for k in self.pending])[:top]]
 
   def _features(self, k: Kernel) -> list[float]:
-    if (key := tuple(k.applied_opts)) not in self.features: self.features[key] = features(k)
-    return self.features[key]
+    if (key := tuple(k.applied_opts)) not in self.featurised: self.featurised[key] = features(k)
+    return self.featurised[key]

@@ -1,0 +1,90 @@
+"""How many candidates each search strategy measures before it finds a fast schedule, and how well the cost model ranks.
+
+For N corpus kernels (a seeded pick of float32 kernels without variables, of --min-pos..--max-pos output positions x
+reduce size): a reference beam search (beam --ref-beam, no candidate budget, capped at --ref-budget-s seconds: as
+close to exhaustive as the machine allows) and a model-guided one (strategy=model, beam --ref-beam, --measure-top a
+round) are run, the two in alternating order kernel by kernel. Per strategy: the candidates measured until the first
+verified one within 95% of the reference's best speed (the beam's own count read off the reference run, in measuring
+order), and how many it measured in all. Ranking quality: the cost model fitted on a seeded 3/4 of the reference run's
+verified measurements, Kendall tau of its ranking of the held-back quarter against their measured times. The machine's
+load (/proc/loadavg) is recorded before and after, and each candidate's other load during its timing.
+
+  nice -n 10 python bench/sample_efficiency.py --kernels 3 --json docs/sample_efficiency.json
+"""
+from __future__ import annotations
+import argparse, gzip, itertools, json, math, random, statistics, sys, time
+from pathlib import Path
+import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from devices import cpu
+from linearizer.ast import loads
+from linearizer.kernel import Kernel, Opt
+from search.cost_model import CostModel
+from search.features import features
+from search.result import SearchResult, Status
+from search.settings import SearchSettings
+from search.tune import tune
+
+CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # beside the checkout, as tests/conftest.py
+
+
+def pick(n: int, seed: int, lo: int, hi: int) -> list:
+  with gzip.open(CORPUS, "rt", encoding="utf-8") as f: ks = [loads(line) for line in f if line.strip()]
+  ok = [k for k in ks if not k.vars and all(x.dtype.name == "float32" for x in k.nodes) and lo <= math.prod(k.full_shape) <= hi]
+  random.Random(seed).shuffle(ok)
+  return ok[:n]
+
+
+def to_95(r: SearchResult, best_s: float) -> int | None:
+  """1-based count of candidates measured until the first verified one within 95% of best_s's speed."""
+  return next((i + 1 for i, c in enumerate(r.candidates) if c.status is Status.OK and c.verified and c.min_s * 0.95 <= best_s), None)
+
+
+def held_out_tau(ast, r: SearchResult, seed: int) -> float | None:
+  ok = [c for c in r.candidates if c.status is Status.OK and c.verified]
+  if len(ok) < 12: return None
+  random.Random(seed).shuffle(ok)
+  X = [features(Kernel(ast, cpu.options()).apply_opts([Opt.from_json(o) for o in c.opts])) for c in ok]
+  cut = len(ok) * 3 // 4
+  pred = CostModel().fit(X[:cut], [c.min_s for c in ok[:cut]]).predict(X[cut:])
+  t = [c.min_s for c in ok[cut:]]
+  pairs = list(itertools.combinations(range(len(t)), 2))
+  return float(sum(np.sign(pred[i] - pred[j]) * np.sign(t[i] - t[j]) for i, j in pairs) / len(pairs))
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--kernels", type=int, default=3)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--min-pos", type=int, default=1 << 12)
+  p.add_argument("--max-pos", type=int, default=1 << 18)
+  p.add_argument("--ref-beam", type=int, default=2)
+  p.add_argument("--ref-budget-s", type=float, default=60.0)
+  p.add_argument("--measure-top", type=int, default=6)
+  p.add_argument("--json", type=Path)
+  a = p.parse_args()
+  common = dict(beam=a.ref_beam, budget_s=a.ref_budget_s, min_time_s=0.005, final_rounds=1, on_busy="store")
+  load_before, rows = Path("/proc/loadavg").read_text().split()[:3], []
+  for i, ast in enumerate(pick(a.kernels, a.seed, a.min_pos, a.max_pos)):
+    runs: dict[str, SearchResult] = {}
+    for who in (("beam", "model") if i % 2 == 0 else ("model", "beam")):
+      t = time.monotonic()
+      runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **({"strategy": "model", "measure_top": a.measure_top} if who == "model" else {}))))
+      print(f"{ast.name} {who}: {len(runs[who].candidates)} candidates, {time.monotonic() - t:.1f} s", file=sys.stderr)
+    best = min(c.min_s for r in runs.values() for c in r.candidates if c.status is Status.OK and c.verified)
+    rows.append({"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best,
+                 **{f"{who}_to_95": to_95(r, best) for who, r in runs.items()}, **{f"{who}_measured": len(r.candidates) for who, r in runs.items()},
+                 "tau": held_out_tau(ast, runs["beam"], a.seed),
+                 "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2)})
+    print(json.dumps(rows[-1]))
+  out = {"command": " ".join(sys.argv), "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().split()[:3], "rows": rows}
+  for who in ("beam", "model"):
+    got = [r[f"{who}_to_95"] for r in rows if r[f"{who}_to_95"] is not None]
+    out[f"{who}_reached_95"] = f"{len(got)}/{len(rows)}"  # the median is over these only: a run that never got there has no count
+    out[f"{who}_to_95_median"] = statistics.median(got) if got else None
+  print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
+  if a.json: a.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__": main()
