@@ -1,5 +1,6 @@
 import os, statistics, time
 from pathlib import Path
+import pytest
 from devices import cpu
 from linearizer.builders import reduce
 from linearizer.kernel import Kernel, Opt
@@ -15,6 +16,7 @@ def burn(cpu_seconds: float) -> float:
   return cpu_seconds
 
 
+@pytest.mark.timing
 def test_timings_with_the_pool_busy_and_paused_match_timings_with_it_idle(tmp_path: Path):
   # two threads summing 64 MiB: a few ms, and both need a core at once, so a stolen core shows in every run
   k = reduce("SUM", (4096, 4096), (1,))
