@@ -12,8 +12,12 @@ from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
 from search.actions import actions_for, children
 from search.cost_model import CostModel
-from search.features import NAMES, features
-from search.settings import SearchSettings
+from search.beam import BeamStrategy
+from search.features import AT, NAMES, features
+from search.model_beam import ModelBeamStrategy
+from search.result import Candidate, Status
+from search.settings import SearchSettings, StrategySettings
+from search.strategy import drive
 from search.tune import tune
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples/kernels/maxpool_2x2.json"
@@ -54,6 +58,31 @@ def test_the_model_ranks_a_monotone_relation_on_held_out_points():
 def test_the_model_refuses_too_little_data_and_ranking_before_fitting():
   with pytest.raises(ValueError, match="needs"): CostModel().fit([[1.0], [2.0]], [1e-3, 2e-3])
   with pytest.raises(ValueError, match="not fitted"): CostModel().rank([[1.0]])
+
+
+def _synthetic_s(f: list[float]) -> float: return 1e-3 / f[AT["threads"]] / (1 + f[AT["alu_per_iter"]]) ** 0.5 / (1 + f[AT["load_w16"]])
+
+
+def _feature_timed(log):
+  """Deterministic timings the features explain: more threads, more work per inner iteration, wide loads are faster."""
+  def measure(kernels, rnd, limit, deadline):
+    log.extend((rnd, tuple(k.applied_opts)) for k in kernels[:limit])
+    return [(k, Candidate([o.to_json() for o in k.applied_opts], Status.OK, rnd, times_s=[_synthetic_s(features(k))], verified=True))
+            for k in kernels[:limit]]
+  return measure
+
+
+def test_the_model_strategy_measures_its_top_children_a_round_and_finds_what_beam_finds_with_fewer():
+  k = Kernel(matmul(32, 32, 32), cpu.options())
+  runs = {}
+  for name, cls in (("beam", BeamStrategy), ("model", ModelBeamStrategy), ("again", ModelBeamStrategy)):
+    log: list = []
+    measured = drive(cls([k.copy()], actions_for(k.options), StrategySettings(beam=2, measure_top=5)), _feature_timed(log))
+    runs[name] = (log, min(c.min_s for _, c in measured))
+  assert runs["model"] == runs["again"]  # deterministic for given timings
+  log = runs["model"][0]
+  assert max(r for r, _ in log) >= 2 and all(sum(r == i for r, _ in log) <= 5 for i in range(1, 40))
+  assert len(log) * 2 < len(runs["beam"][0]) and runs["model"][1] <= runs["beam"][1] * 1.05
 
 
 @pytest.mark.slow
