@@ -1,14 +1,13 @@
-"""The CPU backend: C compiler with an on-disk cache, ctypes program loader, aligned allocator, timer, fingerprint.
-
-Every backend module gives the same names: available, options, fingerprint, fingerprint_hash, render (linear IR ->
-source), compile (source -> binary; it runs in compile workers, away from the runner), CompileError, DEFAULT_FLAGS,
-Program (binary -> callable on device buffers or host arrays), alloc (device buffer), copyin and copyout (host <-> device)."""
+"""The CPU backend (devices/base.py's Device): C compiler with an on-disk cache, ctypes program loader, aligned
+allocator, timer, fingerprint."""
 from __future__ import annotations
 import ctypes, functools, hashlib, json, os, platform, shutil, subprocess, tempfile, time
 from pathlib import Path
 from typing import Sequence
 import numpy as np
 import numpy.typing as npt
+from devices.base import Binary, CompileError, clipped, int_arg
+from devices.base import fingerprint_hash as fingerprint_hash  # the device interface's
 from linearizer import CODEGEN_VERSION
 from linearizer.cachedir import cache_dir
 from linearizer.options import LinearizerOptions
@@ -25,10 +24,6 @@ DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-
 ALIGN = 64  # bytes: a cache line and one AVX-512 vector
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
              "amx_tile", "neon", "asimd")
-MAX_ERR = 4096  # chars of compiler stderr kept in a CompileError
-
-
-class CompileError(RuntimeError): pass
 
 
 def _cc() -> str: return os.environ.get("TUNESVC_CC") or "cc"  # a name on PATH or a path, e.g. clang
@@ -39,8 +34,7 @@ def _run(cmd: list[str], src: str = "", timeout: float = 60.0) -> str:
   try: r = subprocess.run(cmd, input=src.encode(), capture_output=True, timeout=timeout)
   except subprocess.TimeoutExpired: raise CompileError(f"{cmd[0]}: timed out after {timeout}s") from None
   if r.returncode != 0:
-    err = r.stderr.decode(errors="replace")
-    raise CompileError(f"{cmd[0]} failed ({r.returncode}):\n{err[:MAX_ERR]}" + ("\n... (truncated)" if len(err) > MAX_ERR else ""))
+    raise CompileError(f"{cmd[0]} failed ({r.returncode}):\n{clipped(r.stderr.decode(errors='replace'))}")
   return r.stdout.decode(errors="replace")
 
 @functools.cache
@@ -56,13 +50,13 @@ def _target(cc: str, flags: tuple[str, ...]) -> str:
   macros = _run([_compiler(cc)[0], *flags, "-E", "-dM", "-x", "c", "/dev/null"])
   return hashlib.sha256("\n".join(sorted(macros.splitlines())).encode()).hexdigest()[:16]
 
-def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> bytes:
-  """C source -> shared library bytes, cached on disk; no device state, so it runs in any worker process."""
+def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> Binary:
+  """C source -> shared library, cached on disk; no device state, so it runs in any worker process."""
   cc = _cc()
   path, real, version = _compiler(cc)
   key = hashlib.sha256(json.dumps([src, real, version, list(flags), _target(cc, flags)]).encode()).hexdigest()
   out = cache_dir("compile") / f"{key}.so"
-  if out.is_file(): return out.read_bytes()
+  if out.is_file(): return Binary(out.read_bytes())
   out.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=out.parent)
   os.close(fd)
@@ -70,12 +64,12 @@ def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 6
     _run([path, *flags, "-x", "c", "-", "-o", tmp, "-lm"], src, timeout)
     lib = Path(tmp).read_bytes()
     os.replace(tmp, out)  # atomic: concurrent compiles of one key both write whole files, the last one wins
-    return lib
+    return Binary(lib)
   finally:
     if os.path.exists(tmp): os.unlink(tmp)
 
 
-def compile_batch(srcs: Sequence[str], flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> bytes:
+def compile_batch(srcs: Sequence[str], flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> Binary:
   """Several sources, each with the entry point `kernel`, -> one shared library in one compiler invocation, where source
   i's entry point is `kernel_i`. Each source is its own translation unit (their static helpers never clash); one driver
   and one link instead of one per source is what a search's batch saves. Not cached: a search never asks again."""
@@ -84,39 +78,35 @@ def compile_batch(srcs: Sequence[str], flags: tuple[str, ...] = DEFAULT_FLAGS, t
     files = [Path(d) / f"k{i}.c" for i in range(len(srcs))]
     for i, (f, src) in enumerate(zip(files, srcs)): f.write_text(f"#define kernel kernel_{i}\n{src}")
     _run([path, *flags, *map(str, files), "-o", f"{d}/batch.so", "-lm"], "", timeout)
-    return Path(f"{d}/batch.so").read_bytes()
+    return Binary(Path(f"{d}/batch.so").read_bytes())
 
 
 def _ptr(b: np.ndarray) -> ctypes.c_void_p:
   if not b.flags.c_contiguous: raise ValueError("buffers must be C-contiguous")
   return ctypes.c_void_p(b.ctypes.data)
 
-def int_arg(v: int) -> ctypes.c_int:
-  """A variable value as a C int kernel argument (every backend passes them so)."""
-  if not isinstance(v, (int, np.integer)) or not -2**31 <= v < 2**31: raise ValueError(f"var value {v!r} is not a C int")
-  return ctypes.c_int(int(v))
-
 class Program:
   """Entry point `void name(T0* restrict data0, T1* data1, ..., int var0, ...)` of a compiled library."""
-  def __init__(self, lib: bytes, name: str):
+  def __init__(self, binary: Binary, name: str):
     # dlopen returns an already-loaded library whose path matches, and temp names get reused: the content hash in
     # the name makes such a match the same code. The file may go once it is mapped.
-    with tempfile.NamedTemporaryFile(prefix=hashlib.sha256(lib).hexdigest()[:16] + "-", suffix=".so") as f:
-      f.write(lib)
+    with tempfile.NamedTemporaryFile(prefix=hashlib.sha256(binary.image).hexdigest()[:16] + "-", suffix=".so") as f:
+      f.write(binary.image)
       f.flush()
       self.lib = ctypes.CDLL(f.name)
     self.name, self.fxn = name, getattr(self.lib, name)
     self.fxn.restype = None
 
   def __call__(self, *bufs: np.ndarray, var_vals: Sequence[int] = (), timed: bool = False) -> float | None:
-    args = [_ptr(b) for b in bufs] + [int_arg(v) for v in var_vals]  # converted before the clock starts
-    st = time.perf_counter_ns()
-    self.fxn(*args)
-    return (time.perf_counter_ns() - st) * 1e-9 if timed else None
+    t = self.time(*bufs, var_vals=var_vals)
+    return t if timed else None
 
   def time(self, *bufs: np.ndarray, var_vals: Sequence[int] = ()) -> float:
     """Seconds one call took, ctypes call overhead (~1 us) included."""
-    return self(*bufs, var_vals=var_vals, timed=True)
+    args = [_ptr(b) for b in bufs] + [int_arg(v) for v in var_vals]  # converted before the clock starts
+    st = time.perf_counter_ns()
+    self.fxn(*args)
+    return (time.perf_counter_ns() - st) * 1e-9
 
 
 def alloc(n: int, dtype: npt.DTypeLike) -> np.ndarray:
@@ -153,8 +143,6 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
   return {"backend": "CPU", "arch": platform.machine(), "cpu": model, "isa": sorted(isa & set(ISA_FLAGS)),
           "compiler": real, "compiler_version": version, "flags": list(flags), "target": _target(cc, flags),
           "threads": _threads(), "codegen": CODEGEN_VERSION}
-
-def fingerprint_hash(fp: dict) -> str: return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()
 
 def options() -> LinearizerOptions:
   isa = _cpuinfo()[1]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ctypes, ctypes.util, functools, importlib.metadata, importlib.util, os, re
 from dataclasses import dataclass
 from pathlib import Path
-from devices.rtc import MAX_ERR, RTC, CompileError
+from devices.base import CompileError, DeviceError, clipped
+from devices.rtc import RTC
 
 
-class NVRTCMissing(RuntimeError): pass
+class NVRTCMissing(DeviceError): pass
 
 
 def _wheel_dirs() -> list[Path]:
@@ -73,5 +74,5 @@ def _ptxas(log: str) -> tuple[int, int, int]:
   """(registers, spill store bytes, spill load bytes) from ptxas's -v report of the one kernel."""
   regs = re.search(r"Used (\d+) registers", log)
   spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-  if regs is None or spills is None: raise CompileError(f"no ptxas report in NVRTC's log:\n{log[:MAX_ERR]}")
+  if regs is None or spills is None: raise CompileError(f"no ptxas report in NVRTC's log:\n{clipped(log)}")
   return int(regs.group(1)), int(spills.group(1)), int(spills.group(2))

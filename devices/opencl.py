@@ -5,29 +5,27 @@ that has one.
 compile() builds the source for the device in the calling process's own context (compile workers each make one)
 and returns the program binary; Program loads it with clCreateProgramWithBinary. So a build error, with its log, is a
 compile error found in parallel in the pool, and the runner that owns the device only loads and launches. The source's
-first line (render_c.launch_line) says how to launch it, and travels in front of the binary.
+first line (render_c.launch_line) says how to launch it: the Binary carries it beside the program binary.
 
 Buffers: alloc() gives device memory (Buffer), which copyin/copyout fill and read; a Program takes Buffers, or host
 numpy arrays, which it copies in before and back out after the launch (all of them: a kernel that writes an input
 must show it)."""
 from __future__ import annotations
-import ctypes, functools, json
-from typing import Sequence
+import ctypes, functools
+from typing import Optional, Sequence
 import numpy as np
 import numpy.typing as npt
-from devices.cpu import fingerprint_hash, int_arg  # noqa: F401  (one definition for every backend)
-from devices.staging import contiguous, staged
+from devices.base import Binary, CompileError, DeviceError, Staged, clipped, contiguous, int_arg, launch_of
+from devices.base import fingerprint_hash as fingerprint_hash  # the device interface's
 from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
-from linearizer.render_c import LAUNCH, OPENCL, launch_sizes, render_opencl as render  # noqa: F401  (the device interface's renderer)
+from linearizer.render_c import OPENCL, launch_sizes, render_opencl as render  # noqa: F401  (the device interface's renderer)
 
 # / and sqrt correctly rounded, as the reference computes them (the default allows 2.5 and 3 ulp)
 DEFAULT_FLAGS: tuple[str, ...] = ("-cl-fp32-correctly-rounded-divide-sqrt",)
-MAX_ERR = 4096  # chars of build log kept in a CompileError
 
 
-class CompileError(RuntimeError): pass
-class OpenCLError(RuntimeError): pass
+class OpenCLError(DeviceError): pass
 
 
 @functools.cache
@@ -86,21 +84,21 @@ def available() -> bool:
   return True
 
 
-def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS) -> bytes:
-  """Source -> the launch line and the device's program binary; the build log in the CompileError."""
+def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS) -> Binary:
+  """Source -> the device's program binary and the source's launch; the build log in the CompileError."""
   cl, (_, dev), (ctx, _) = _cl(), _device(), _context()
   text = ctypes.create_string_buffer(src.encode())
   prog = _checked(cl.clCreateProgramWithSource, ctx, 1, (ctypes.POINTER(ctypes.c_char) * 1)(ctypes.cast(text, ctypes.POINTER(ctypes.c_char))), None)
   try:
     if (status := cl.clBuildProgram(prog, 1, ctypes.byref(dev), " ".join(flags).encode(), cl.clBuildProgram.argtypes[4](), None)) != 0:
       log = _info(functools.partial(cl.clGetProgramBuildInfo, prog), dev, cl.CL_PROGRAM_BUILD_LOG)
-      raise CompileError(f"OpenCL build failed ({status}):\n{log[:MAX_ERR]}" + ("\n... (truncated)" if len(log) > MAX_ERR else ""))
+      raise CompileError(f"OpenCL build failed ({status}):\n{clipped(log)}")
     size = _info(cl.clGetProgramInfo, prog, cl.CL_PROGRAM_BINARY_SIZES, ctypes.c_uint64 * 1)[0]
     binary = (ctypes.c_ubyte * size)()
     ptrs = (ctypes.POINTER(ctypes.c_ubyte) * 1)(ctypes.cast(binary, ctypes.POINTER(ctypes.c_ubyte)))
     _check(cl.clGetProgramInfo(prog, cl.CL_PROGRAM_BINARIES, ctypes.sizeof(ptrs), ptrs, None), "clGetProgramInfo")
   finally: cl.clReleaseProgram(prog)
-  return src[:src.index("\n") + 1].encode() + bytes(binary)
+  return Binary(bytes(binary), launch_of(src))
 
 
 class Buffer:
@@ -123,17 +121,17 @@ def copyout(buf: Buffer) -> np.ndarray:
   return x
 
 
-class Program:
-  """A built kernel `name` and its launch; called with Buffers or host arrays (copied in and back out), then the
-  variable values."""
-  def __init__(self, lib: bytes, name: str):
+class Program(Staged):
+  """A built kernel `name` and its launch."""
+  def __init__(self, binary: Binary, name: str):
+    if binary.launch is None: raise DeviceError("OpenCL needs a GPU kernel's Binary, with its launch")
     cl, (_, dev), (ctx, self.queue) = _cl(), _device(), _context()
-    head, binary = lib.split(b"\n", 1)
-    self.launch = json.loads(head[len(LAUNCH):])
-    data = (ctypes.c_ubyte * len(binary)).from_buffer_copy(binary)
+    self.launch_dims, self.alloc, self.copyin, self.copyout = binary.launch, alloc, copyin, copyout
+    data = (ctypes.c_ubyte * len(binary.image)).from_buffer_copy(binary.image)
     ptrs = (ctypes.POINTER(ctypes.c_ubyte) * 1)(ctypes.cast(data, ctypes.POINTER(ctypes.c_ubyte)))
     status = ctypes.c_int32()
-    self.prog = _checked(cl.clCreateProgramWithBinary, ctx, 1, ctypes.byref(dev), (ctypes.c_uint64 * 1)(len(binary)), ptrs, ctypes.byref(status))
+    size = (ctypes.c_uint64 * 1)(len(binary.image))
+    self.prog = _checked(cl.clCreateProgramWithBinary, ctx, 1, ctypes.byref(dev), size, ptrs, ctypes.byref(status))
     _check(status.value, "loading the program binary")
     _check(cl.clBuildProgram(self.prog, 1, ctypes.byref(dev), None, cl.clBuildProgram.argtypes[4](), None), "clBuildProgram (binary)")
     self.name, self.kernel = name, _checked(cl.clCreateKernel, self.prog, OPENCL.symbol.format(name).encode())
@@ -142,11 +140,9 @@ class Program:
     if getattr(self, "kernel", None): _cl().clReleaseKernel(self.kernel)
     if getattr(self, "prog", None): _cl().clReleaseProgram(self.prog)
 
-  def __call__(self, *bufs: Buffer | np.ndarray, var_vals: Sequence[int] = (), timed: bool = False) -> float | None:
-    if any(isinstance(b, np.ndarray) for b in bufs):
-      return staged(lambda dev: self(*dev, var_vals=var_vals, timed=timed), bufs, alloc, copyin, copyout)
+  def launch(self, bufs: Sequence[Buffer], var_vals: Sequence[int], timed: bool) -> Optional[float]:
     cl = _cl()
-    groups, local = launch_sizes(self.launch, var_vals)
+    groups, local = launch_sizes(self.launch_dims, var_vals)
     for i, b in enumerate(bufs): _check(cl.clSetKernelArg(self.kernel, i, ctypes.sizeof(b.mem), ctypes.byref(b.mem)), "clSetKernelArg")
     for i, v in enumerate(var_vals, len(bufs)): _check(cl.clSetKernelArg(self.kernel, i, 4, ctypes.byref(int_arg(v))), "clSetKernelArg")
     dims = max(1, len(groups), len(local))
@@ -157,13 +153,10 @@ class Program:
     try:
       _check(cl.clWaitForEvents(1, ctypes.byref(event)), "running the kernel")
       if not timed: return None
-      start, end = (_info(cl.clGetEventProfilingInfo, event, p, ctypes.c_uint64 * 1)[0] for p in (cl.CL_PROFILING_COMMAND_START, cl.CL_PROFILING_COMMAND_END))
+      start, end = (_info(cl.clGetEventProfilingInfo, event, p, ctypes.c_uint64 * 1)[0]
+                    for p in (cl.CL_PROFILING_COMMAND_START, cl.CL_PROFILING_COMMAND_END))
       return (end - start) * 1e-9
     finally: cl.clReleaseEvent(event)
-
-  def time(self, *bufs: Buffer | np.ndarray, var_vals: Sequence[int] = ()) -> float:
-    """Seconds the kernel ran, by the device's profiling clock (no transfers)."""
-    return self(*bufs, var_vals=var_vals, timed=True)
 
 
 def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:

@@ -2,11 +2,7 @@
 binds each only from a fixed library name, which misses the pip wheel's NVRTC and ROCm 6's separate libhiprtc)."""
 from __future__ import annotations
 import ctypes
-
-MAX_ERR = 4096  # chars of the log kept in a CompileError
-
-
-class CompileError(RuntimeError): pass
+from devices.base import CompileError, clipped
 
 
 class RTC:
@@ -40,8 +36,7 @@ class RTC:
       self._check(f["GetProgramLog"](prog, log), "GetProgramLog")
       text = log.value.decode(errors="replace")
       if status != 0:
-        raise CompileError(f"{self.prefix} failed ({f['GetErrorString'](status).decode()}) for {what}:\n{text[:MAX_ERR]}" +
-                           ("\n... (truncated)" if len(text) > MAX_ERR else ""))
+        raise CompileError(f"{self.prefix} failed ({f['GetErrorString'](status).decode()}) for {what}:\n{clipped(text)}")
       self._check(f["CodeSize"](prog, ctypes.byref(size)), "CodeSize")
       code = ctypes.create_string_buffer(size.value)
       self._check(f["Code"](prog, code), "Code")

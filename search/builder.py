@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib, importlib, threading, time
 from dataclasses import dataclass
 from typing import Iterator, Optional
+from devices.base import Binary
 from linearizer.ast import KernelAST, loads
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
@@ -28,7 +29,7 @@ class Build:
   source_hash: str = ""
   ir_size: int = 0                    # uops of the linear IR
   launch: tuple = ()                  # (work-groups, work-items) per launch dim where the device has local dims
-  binary: bytes = b""                 # a library holding the entry point `name`, maybe with other candidates' too
+  binary: Binary = Binary(b"")        # a library holding the entry point `name`, maybe with other candidates' too
   name: str = "kernel"
   compile_s: float = 0.0
   error: Optional[Status] = None     # TOO_LARGE or COMPILE_ERROR: the candidate's status
@@ -45,11 +46,11 @@ def render_task(module: str, key: str, doc: str, opts: tuple[Opt, ...], options:
   src = importlib.import_module(module).render(prog) if len(prog.uops) <= MAX_UOPS else None
   return src, len(prog.uops), (prog.groups, prog.local) if prog.local else ()
 
-def compile_task(module: str, src: str) -> tuple[bytes, float]:
+def compile_task(module: str, src: str) -> tuple[Binary, float]:
   t = time.perf_counter()
   return importlib.import_module(module).compile(src), time.perf_counter() - t
 
-def compile_batch_task(module: str, srcs: list[str]) -> tuple[bytes, float]:
+def compile_batch_task(module: str, srcs: list[str]) -> tuple[Binary, float]:
   """One library for all of srcs (the device's compile_batch): source i's entry point is kernel_i."""
   t = time.perf_counter()
   return importlib.import_module(module).compile_batch(srcs), time.perf_counter() - t

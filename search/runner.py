@@ -7,13 +7,14 @@ last run's output, untouched by the next, checked against the reference. A candi
 (segfault) or hangs is the parent's to see: it kills and restarts the process and reports the reason.
 """
 from __future__ import annotations
-import contextlib, hashlib, importlib, json, signal
+import contextlib, importlib, json, signal
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Optional
 import numpy as np
+from devices.base import Binary
 from devices.guard import Guarded
 from linearizer import reference
 from linearizer.ast import KernelAST, loads
@@ -95,7 +96,7 @@ def _main(conn: Connection, module: str) -> None:
         conn.send(None)
       elif op == "measure":
         lib, name, check, min_time_s, min_runs, max_runs, early_stop_s = args
-        key = (hashlib.sha256(lib).hexdigest(), name)  # a batch's library holds many candidates' entry points
+        key = (lib.key, name)  # a batch's library holds many candidates' entry points
         if key not in progs: progs[key] = dev.Program(lib, name)
         load = OtherLoad()  # this process's own threads are not others'
         m = case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s)
@@ -135,7 +136,7 @@ class Runner:
     self.restarts += 1
     self._start()
 
-  def measure(self, lib: bytes, name: str, *, check: bool, timeout_s: float, min_time_s: float = 0.1, min_runs: int = 3,
+  def measure(self, lib: Binary, name: str, *, check: bool, timeout_s: float, min_time_s: float = 0.1, min_runs: int = 3,
               max_runs: int = 50, early_stop_s: Optional[float] = None) -> Measurement:
     """Time one compiled candidate: a warm-up, then at least `min_runs` and `min_time_s` of runs (at most `max_runs`);
     `timeout_s` bounds the whole measurement (a hang's limit)."""

@@ -2,6 +2,7 @@ import os, pickle
 import numpy as np
 import pytest
 from devices import cpu, registry
+from devices.base import Binary
 from devices.cpu import CompileError, Program, alloc
 from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
@@ -26,9 +27,9 @@ def test_compile_and_run():
 
 def test_cache_hit_and_keys(cache):
   lib = cpu.compile(DOUBLE)
-  assert lib[:4] == b"\x7fELF" and [p.read_bytes() for p in cache.iterdir()] == [lib]  # no temp files left
+  assert lib.image[:4] == b"\x7fELF" and lib.launch is None and [p.read_bytes() for p in cache.iterdir()] == [lib.image]  # no temp files left
   next(cache.iterdir()).write_bytes(b"from cache")
-  assert cpu.compile(DOUBLE) == b"from cache"
+  assert cpu.compile(DOUBLE) == Binary(b"from cache")
   cpu.compile(DOUBLE, cpu.DEFAULT_FLAGS[1:])   # other flags, other entry
   cpu.compile(DOUBLE + "\n")                   # other source, other entry
   assert len(list(cache.iterdir())) == 3
