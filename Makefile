@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-.PHONY: demo test test-quick deps tinygrad-tests
+.PHONY: demo test test-quick lint deps tinygrad-tests
 demo: $(STAMP)
 	$(VENV)/bin/tunesvc demo $(DEMO_ARGS)
 
@@ -27,6 +27,13 @@ test: $(STAMP) deps $(TG_STAMP)
 # While working: neither the slow tier nor the timing one (see the markers in pyproject.toml).
 test-quick: $(STAMP)
 	$(PYTEST) -n auto -m "not slow and not timing" $(PYTEST_ARGS)
+
+# ruff and mypy, configured in pyproject.toml ([tool.ruff], [tool.mypy]); CI runs it before the suite, and fails on a finding.
+# LINTED: the packages held clean so far (mypy follows their imports silently until all of ours are in)
+LINTED := devices workers
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/mypy --follow-imports=silent $(LINTED)
 
 # What the tests drive besides Python, installed where missing when we may (root with apt, as on CI), in one apt
 # transaction that waits for a held dpkg lock (scripts/apt-deps.sh): Debian's chromium for the dashboard's browser test

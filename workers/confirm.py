@@ -43,7 +43,7 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
     rounds: list[list[float]] = [[], []]
     for r in range(settings.final.final_rounds):
       for i in (r % 2, 1 - r % 2):  # alternating which runs first
-        m = runner.measure(libs[i], "kernel", check=False, timeout_s=max(10.0, 50 * cands[i].min_s), min_time_s=ms.min_time_s / 2, min_runs=1)
+        m = runner.measure(libs[i], "kernel", check=False, timeout_s=max(10.0, 50 * min(cands[i].times_s)), min_time_s=ms.min_time_s / 2, min_runs=1)
         if m.status is Status.OK: rounds[i].append(min(m.times_s))
       check_stop()
   if not all(rounds): raise SearchError("the final re-timing failed")
