@@ -6,6 +6,7 @@ workers are child processes. On SIGINT or SIGTERM the workers stop first -- each
 needs the API still up -- and then the API."""
 from __future__ import annotations
 import contextlib, dataclasses, multiprocessing, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, threading, time
+from multiprocessing.process import BaseProcess
 from typing import Optional
 import httpx
 import uvicorn
@@ -38,15 +39,18 @@ class Service:
     self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.sock.getsockname()[1]}"
     if api_processes < 1: raise SystemExit(f"ERROR --api-processes must be at least 1, not {api_processes}")
     # an access log line per request costs more than a lookup: off unless asked for (/metrics counts requests)
-    self.api_args, self.api_processes, self.apis = (settings, log_level, access_log), api_processes, []
+    self.api_args, self.api_processes = (settings, log_level, access_log), api_processes
+    self.apis: list[BaseProcess] = []
     self.server = _server(*self.api_args) if api_processes == 1 else None
     # several processes count requests in files there, and /metrics sums them (prometheus_client's multiprocess mode)
     self.metrics_dir = tempfile.mkdtemp(prefix="tunesvc-metrics-") if api_processes > 1 else None
     self.devices = registry.available() if devices is None else devices
-    self.n_workers, self.procs = workers, []
+    self.n_workers = workers
+    self.procs: list[subprocess.Popen] = []
 
-  def _start_api(self) -> multiprocessing.Process:
+  def _start_api(self) -> BaseProcess:
     p = multiprocessing.get_context("spawn").Process(target=_api_process, args=(self.sock, *self.api_args), daemon=True)
+    assert self.metrics_dir is not None, "several API processes count their requests in metrics_dir"
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir  # read when the child imports prometheus_client
     try: p.start()
     finally: del os.environ["PROMETHEUS_MULTIPROC_DIR"]
@@ -79,10 +83,10 @@ class Service:
     if self.server is not None:
       self.server.should_exit = True
       self.thread.join(10)
-    for p in self.apis: p.terminate()
-    for p in self.apis:
-      p.join(10)
-      if p.is_alive(): p.kill()
+    for a in self.apis: a.terminate()
+    for a in self.apis:
+      a.join(10)
+      if a.is_alive(): a.kill()
     if self.metrics_dir: shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
   def wait_for_signal(self) -> None:

@@ -23,7 +23,8 @@ class ASCIIJSON(JSONResponse):
 
 def error(status: int, detail, headers=None) -> ASCIIJSON: return ASCIIJSON({"detail": detail}, status, headers)
 
-async def invalid_request(_: Request, e: RequestValidationError) -> ASCIIJSON:
+async def invalid_request(_: Request, e: Exception) -> ASCIIJSON:
+  assert isinstance(e, RequestValidationError), "registered for it (Starlette types every handler by Exception)"
   errs = e.errors()
   if bad := next((x for x in errs if x["type"] == "json_invalid"), None):
     return error(400, f"malformed JSON at character {bad['loc'][-1]}: {bad.get('ctx', {}).get('error', 'cannot parse')}")

@@ -1,7 +1,7 @@
 """Request and response bodies of /v1. Requests reject unknown fields; every number the store keeps is bounded."""
 from __future__ import annotations
 import math
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Self
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from linearizer.kernel import Opt, OptError
@@ -44,9 +44,9 @@ class Request(BaseModel): model_config = ConfigDict(extra="forbid")
 # the search settings a job may set: search/settings.py's definition (names, types, bounds, help), the service's defaults
 # for two of them (a shared service spends less per job than `tunesvc tune`)
 SERVICE_DEFAULTS = {"beam": 2, "budget_s": 60.0}
-SearchSettings = create_model("SearchSettings", __base__=Request, **{
-  name: (typ, Field(SERVICE_DEFAULTS.get(name, default), description=meta["help"], **meta["bounds"]))
-  for name, (typ, default, meta) in JOB_FIELDS.items()}, action_space_version=(Optional[Version], Field(None, description=
+_SETTINGS: dict[str, Any] = {name: (typ, Field(SERVICE_DEFAULTS.get(name, default), description=meta["help"], **meta["bounds"]))
+                              for name, (typ, default, meta) in JOB_FIELDS.items()}
+SearchSettings = create_model("SearchSettings", __base__=Request, **_SETTINGS, action_space_version=(Optional[Version], Field(None, description=
   "search with this action-space version: workers of another version leave the job (a runtime asks for the version it looks up); null: any")))
 
 class SubmitRequest(Request):
@@ -68,11 +68,12 @@ class ResultSummary(BaseModel):
   speedup: float
   verified: bool
   worker_id: int = Field(description="the worker that reported it")
-  status: str = Field(description="unconfirmed, confirmed (served), refuted, invalidated; unverified and a confirm job's measurement are never served")
+  status: str = Field(description="unconfirmed, confirmed (served), refuted, invalidated; unverified and a confirm job's measurement are "
+                                  "never served")
   note: str = Field(description="why it was refuted or invalidated")
 
   @classmethod
-  def of(cls, r: Result, **extra) -> ResultSummary:
+  def of(cls, r: Result, **extra) -> Self:
     return cls(result_id=r.id, fingerprint=r.fingerprint_hash, action_space_version=r.action_space_version, opts=r.best_opts,
                best_s=r.best_s, baseline_s=r.baseline_s, speedup=r.speedup, verified=r.verified, worker_id=r.worker_id, status=r.status,
                note=r.note, **extra)
@@ -96,9 +97,9 @@ class JobOut(BaseModel):
 
   @classmethod
   def of(cls, j: Job, r: Optional[Result], **extra) -> JobOut:
-    return cls(job_id=j.id, kind=j.kind, confirms=j.confirms, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error, attempts=j.attempts,
-               max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created, started=j.started,
-               finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
+    return cls(job_id=j.id, kind=j.kind, confirms=j.confirms, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error,
+               attempts=j.attempts, max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created,
+               started=j.started, finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
 
 class SubmitResponse(BaseModel):
   jobs: list[JobOut]
@@ -158,7 +159,7 @@ class ResultOut(ResultSummary):
                                      "busy, spread (search/result.py); {} for results of older workers")
 
   @classmethod
-  def of(cls, r: Result, **extra) -> ResultOut:
+  def of(cls, r: Result, **extra) -> Self:
     return super().of(r, best_source=r.result["best_source"], confirmed_by=r.confirmed_by, conditions=r.result.get("conditions", {}), **extra)
 
 class KernelDetail(KernelSummary):
@@ -258,7 +259,8 @@ def _result(r: SearchResult) -> SearchResult:
   storable(r.to_json())
   for i, c in enumerate(r.candidates):
     if c.status not in STORED: raise ValueError(f"candidates[{i}].status: {c.status[:40]!r} is not one of {', '.join(STORED)}")
-  for where, opts in [("best_opts", r.best_opts), ("baseline_opts", r.baseline_opts)] + [(f"candidates[{i}].opts", c.opts) for i, c in enumerate(r.candidates)]:
+  listed = [("best_opts", r.best_opts), ("baseline_opts", r.baseline_opts)] + [(f"candidates[{i}].opts", c.opts) for i, c in enumerate(r.candidates)]
+  for where, opts in listed:
     try: [Opt.from_json(o) for o in opts]
     except OptError as e: raise ValueError(f"{where}: {e}") from None
   if not 0 <= r.action_space_version <= MAX_INT: raise ValueError(f"action_space_version: outside [0, {MAX_INT}]")

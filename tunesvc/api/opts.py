@@ -21,7 +21,9 @@ class RecentAnswers:
   """Lookup answers (misses too) kept for `ttl_s`: a kernel that a fleet's processes all ask about costs one read per
   interval, not one per process. A report to this API process clears them; one reported to another API process over the
   same store shows here within `ttl_s`. Bounded: full, it starts over."""
-  def __init__(self, ttl_s: float, max_entries: int = 1 << 16): self.ttl_s, self.max_entries, self.kept = ttl_s, max_entries, {}
+  def __init__(self, ttl_s: float, max_entries: int = 1 << 16):
+    self.ttl_s, self.max_entries = ttl_s, max_entries
+    self.kept: dict[tuple, tuple[float, Optional[dict]]] = {}  # query -> (until, answer)
   def clear(self) -> None: self.kept = {}
 
   def get(self, q: tuple, now: float):
@@ -87,7 +89,7 @@ async def lookup(request: Request):
   if is_open: state.rate_limit.check(client_of(request.scope))
   body, keys = await asyncio.to_thread(_documents, await request.body(), state.settings.lookup_nodes)
   if is_open and body.kernels: state.rate_limit.check(client_of(request.scope), len(body.kernels))
-  return LookupResponse(results=await answers(state, keys, body.fingerprint, body.action_space_version))
+  return LookupResponse.model_validate({"results": await answers(state, keys, body.fingerprint, body.action_space_version)})
 
 
 _HASH, _VERSION = re.compile(HEX64), re.compile(r"[0-9]{1,10}")  # the route's hash pattern; a plain decimal version

@@ -40,6 +40,7 @@ def report(worker_id: IdPath, body: ReportRequest, request: Request):
   and served once a confirm job's measurement agrees."""
   st = request.app.state.store
   if body.result is None:
+    assert body.error is not None, "ReportRequest takes exactly one of result and error"
     j = queue.fail(st, worker_id, body.job_id, body.error, body.retry)
     return ReportOut(job_id=j.id, state=j.state, result_id=None)
   r, duplicate = queue.report(st, worker_id, body.job_id, body.result, request.app.state.settings.proof())

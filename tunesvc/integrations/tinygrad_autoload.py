@@ -16,7 +16,7 @@ class _EnableAfterImport(importlib.abc.MetaPathFinder):
       exec_module(module)
       from tunesvc.integrations.tinygrad import enable_from_env
       enable_from_env()
-    spec.loader.exec_module = exec_then_enable  # type: ignore[method-assign]
+    spec.loader.exec_module = exec_then_enable
     return spec
 
 

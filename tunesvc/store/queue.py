@@ -1,8 +1,9 @@
 """The job lifecycle: submit, claim under a lease, heartbeat, report a result or a failure, release, expiry.
 
 Claims: the oldest queued job of the highest priority whose selector (a backend name or an exact fingerprint hash) matches
-the worker's fingerprint and, where the job's settings name an action-space version, whose version is the worker's. On PostgreSQL the row is taken with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claimers
-each get another job without waiting; on SQLite every write transaction is BEGIN IMMEDIATE, so claims run one at a time.
+the worker's fingerprint and, where the job's settings name an action-space version, whose version is the worker's. On
+PostgreSQL the row is taken with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claimers each get another job without
+waiting; on SQLite every write transaction is BEGIN IMMEDIATE, so claims run one at a time.
 
 Failures: an expired lease or a reported failure costs one attempt and re-queues the job; the last attempt fails it.
 `error` keeps one line per failed attempt. Releasing (a worker shutting down) re-queues without costing an attempt.
@@ -22,13 +23,13 @@ with the reason and a new search of each is queued.
 """
 from __future__ import annotations
 import hashlib, json, time
-from typing import Optional
+from typing import Any, Optional, TypeVar
 from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST, load
 from search.result import SearchResult
 from tunesvc.store import Store, proof
-from tunesvc.store.models import NOT_FAILED, Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
+from tunesvc.store.models import NOT_FAILED, Base, Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
 
 
 class NotFound(LookupError): pass
@@ -38,14 +39,17 @@ class Invalid(ValueError): pass        # the request contradicts what the store 
 
 def settings_hash(settings: dict) -> str: return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
-def _get(s: Session, model, ident, lock: bool = False):
+Row = TypeVar("Row", bound=Base)
+
+def _get(s: Session, model: type[Row], ident: Any, lock: bool = False) -> Row:
   if (row := s.get(model, ident, with_for_update=lock)) is None: raise NotFound(f"{model.__tablename__[:-1]} {ident} not found")
   return row
 
 def _worker(s: Session, worker_id: int) -> tuple[Worker, Fingerprint]:
   q = select(Worker, Fingerprint).join(Fingerprint, Fingerprint.hash == Worker.fingerprint_hash).where(Worker.id == worker_id)
   if (row := s.execute(q).first()) is None: raise NotFound(f"worker {worker_id} not found")
-  return tuple(row)
+  w, fp = row
+  return w, fp
 
 
 def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, priority: int = 0,
@@ -82,7 +86,7 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
   with st.write() as s:
     s.execute(st.insert(Fingerprint).values(hash=fingerprint_hash, backend=fingerprint["backend"], json=fingerprint, options=options)
               .on_conflict_do_nothing())
-    fp = s.get(Fingerprint, fingerprint_hash, with_for_update=True)
+    fp = s.get_one(Fingerprint, fingerprint_hash, with_for_update=True)
     if fp.json != fingerprint: raise Invalid(f"fingerprint {fingerprint_hash} is registered with a different fingerprint")
     if fp.options is None: fp.options = options  # registered before options were
     elif fp.options != options: raise Invalid(f"fingerprint {fingerprint_hash} is registered with other LinearizerOptions: {fp.options}")
@@ -109,7 +113,7 @@ def _attempt_failed(s: Session, job: Job, reason: str, t: float, retry: bool = T
   if retry and job.attempts < job.max_attempts: job.state = "queued"
   else:
     job.state, job.finished = "failed", t
-    if job.kind == "confirm": _refute(s, job.confirms, f"its confirm job {job.id} failed: {reason}", t)
+    if job.kind == "confirm" and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} failed: {reason}", t)
 
 def _expire(s: Session, t: float) -> int:
   jobs = s.scalars(select(Job).where(Job.state == "running", Job.lease_expires < t).with_for_update(skip_locked=True)).all()
@@ -178,7 +182,7 @@ def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.P
   """Invalid unless the report fits its job, its worker and the stored kernel (read outside the write: the check costs CPU)."""
   with st.read() as s:
     (w, fp), job = _worker(s, worker_id), _get(s, Job, job_id)
-    kernel = s.get(Kernel, job.kernel_key)
+    kernel = s.get_one(Kernel, job.kernel_key)
   if r.kernel_key != job.kernel_key: raise Invalid(f"the result is for kernel {r.kernel_key}, job {job_id} tunes {job.kernel_key}")
   if r.fingerprint_hash != fp.hash or r.fingerprint != fp.json:
     raise Invalid(f"the result's fingerprint {r.fingerprint_hash} is not worker {w.id}'s {fp.hash}")
@@ -191,7 +195,7 @@ def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.P
 def _may_report(s: Session, job: Job, worker_id: int) -> Optional[Result]:
   """The stored result where this is a repeat of the worker's own report; Conflict where the worker may not report the job."""
   if job.state == "done":
-    if (prev := s.get(Result, job.result_id)).worker_id == worker_id: return prev
+    if (prev := s.get_one(Result, job.result_id)).worker_id == worker_id: return prev
     raise Conflict(f"job {job.id} is already done: result {prev.id} from worker {prev.worker_id}")
   if job.state == "failed": raise Conflict(f"job {job.id} has failed:\n{job.error}")
   if job.state == "running" and job.lease_owner != worker_id:
@@ -233,7 +237,7 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Pr
 
 def _settle(st: Store, s: Session, job: Job, measured: Result, pf: proof.Proof, t: float) -> None:
   """A confirm job's measurement decides its result: served (the best, where faster than the standing one) or refuted."""
-  claimed = s.get(Result, job.confirms, with_for_update=True)
+  claimed = s.get_one(Result, job.confirms, with_for_update=True)
   if claimed.status != "unconfirmed": return  # invalidated meanwhile
   claimed.confirmed_by = measured.id
   if not measured.verified: return _refute(s, claimed.id, f"the confirm measurement {measured.id} did not verify", t)
@@ -246,13 +250,14 @@ def _promote(st: Store, s: Session, r: Result) -> None:
   ins = st.insert(Best).values(kernel_key=r.kernel_key, fingerprint_hash=r.fingerprint_hash, action_space_version=r.action_space_version,
                                result_id=r.id, best_s=r.best_s)
   s.execute(ins.on_conflict_do_update(index_elements=["kernel_key", "fingerprint_hash", "action_space_version"],
-                                      set_=dict(result_id=ins.excluded.result_id, best_s=ins.excluded.best_s), where=Best.best_s > ins.excluded.best_s))
+                                      set_=dict(result_id=ins.excluded.result_id, best_s=ins.excluded.best_s),
+                                      where=Best.best_s > ins.excluded.best_s))
 
 def _refute(s: Session, result_id: int, why: str, t: float) -> None:
-  r = s.get(Result, result_id, with_for_update=True)
+  r = s.get_one(Result, result_id, with_for_update=True)
   if r.status != "unconfirmed": return
   r.status, r.note = "refuted", why
-  if (job := s.get(Job, r.job_id, with_for_update=True)).state == "done":
+  if (job := s.get_one(Job, r.job_id, with_for_update=True)).state == "done":
     job.state, job.finished, job.error = "failed", t, job.error + f"result {r.id} refuted: {why}\n"
 
 
@@ -276,10 +281,10 @@ def invalidate(st: Store, reason: str, result_id: Optional[int] = None, kernel_k
     retune: list[tuple[KernelAST, str, dict, int, int]] = []
     for r in rows:
       r.status, r.note = "invalidated", f"invalidated: {reason}"
-      job = s.get(Job, r.job_id, with_for_update=True)
+      job = s.get_one(Job, r.job_id, with_for_update=True)
       if job.state == "done" and job.kind == "tune":
         job.state, job.finished, job.error = "failed", t, job.error + f"result {r.id} invalidated: {reason}\n"
-        retune.append((load(s.get(Kernel, job.kernel_key).document), job.device, job.settings, job.priority, job.max_attempts))
+        retune.append((load(s.get_one(Kernel, job.kernel_key).document), job.device, job.settings, job.priority, job.max_attempts))
     s.flush()
     for key, fp, v in {(r.kernel_key, r.fingerprint_hash, r.action_space_version) for r in rows}:
       nxt = s.scalars(select(Result).where(Result.kernel_key == key, Result.fingerprint_hash == fp, Result.action_space_version == v,

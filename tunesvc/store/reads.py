@@ -87,7 +87,7 @@ def jobs(st: Store, state: Optional[str] = None, limit: int = 50, offset: int = 
   if state: q = q.where(Job.state == state)
   q = q.order_by(Job.priority.desc(), Job.id) if state == "queued" else q.order_by(Job.id.desc())
   with st.read() as s: rows = s.execute(q.limit(limit + 1).offset(offset)).all()
-  return [tuple(r) for r in rows[:limit]], len(rows) > limit
+  return [(j, r, name) for j, r, name in rows[:limit]], len(rows) > limit
 
 
 def model_kernels(st: Store, model: Optional[str] = None) -> dict[str, list[tuple[Kernel, int, list[str]]]]:

@@ -50,12 +50,17 @@ class _State:
 
 _state: Optional[_State] = None
 
+def _enabled() -> _State:
+  if _state is None: raise RuntimeError("tunesvc's tinygrad integration is not enabled: call enable() first")
+  return _state
+
 
 class TunesvcRunner(CompiledASTRunner):
   """tinygrad's runner interface (schedule, JIT, stats) over a program tunesvc compiled."""
+  first_run: bool  # CompiledASTRunner's: True until the first call's stats
   def __init__(self, ast: LazyOp, kernel: KernelAST, bufs: list[int], src: str, prog, how: str):
     super().__init__(ast, f"tunesvc_{how}_{kernel.key[:10]}", src, b"")
-    self.kernel, self.bufs, self.prog, self.counts = kernel, bufs, prog, _state.counts
+    self.kernel, self.bufs, self.prog, self.counts = kernel, bufs, prog, _enabled().counts
     self.var_names = [v.name for v in kernel.vars]
 
   def __call__(self, rawbufs, var_vals, wait=False, jit=False, do_update_stats=True) -> Optional[float]:
@@ -71,13 +76,13 @@ class TunesvcRunner(CompiledASTRunner):
 
 
 def _fallback(dev: Compiled, ast: LazyOp, reason: str) -> CompiledASTRunner:
-  _state.counts.fallback[reason] += 1
+  _enabled().counts.fallback[reason] += 1
   if DEBUG >= 1: print(f"tunesvc: tinygrad compiles this kernel itself: {reason}", file=sys.stderr)
   return Compiled.get_runner(dev, ast)
 
 def _get_runner(dev: Compiled, ast: LazyOp) -> CompiledASTRunner:
   """What Compiled.get_runner is while enabled (cached per AST by tinygrad's own lru_cache, as the original is)."""
-  st = _state
+  st = _enabled()
   try: kernel, bufs = to_kernel(ast)
   except Unsupported as e: return _fallback(dev, ast, str(e))
   except KernelValidationError as e: return _fallback(dev, ast, f"validation: {e.message}")
@@ -98,9 +103,11 @@ def _get_runner(dev: Compiled, ast: LazyOp) -> CompiledASTRunner:
 def _queue(kernel: KernelAST) -> None:
   """Queue an untuned kernel for tuning on exactly this device's fingerprint (a worker on another model of the device
   would find opts this one never looks up); a service that cannot take it costs a warning, never the caller's run."""
-  dev = registry.get(_state.device)
-  try: _state.client.submit([kernel], dev.fingerprint_hash(dev.fingerprint()), {"action_space_version": ACTION_SPACE_VERSION, **_state.search},
-                            timeout=_state.client.lookup_timeout)
+  st = _enabled()
+  assert st.client is not None, "kernels are queued only with a service"
+  dev = registry.get(st.device)
+  try: st.client.submit([kernel], dev.fingerprint_hash(dev.fingerprint()), {"action_space_version": ACTION_SPACE_VERSION, **st.search},
+                        timeout=st.client.lookup_timeout)
   except Exception as e: print(f"tunesvc: could not queue kernel {kernel.key[:12]} for tuning: {e}", file=sys.stderr)
 
 

@@ -8,7 +8,7 @@ from alembic import op
 revision, down_revision = "0001", None
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite numbers rows only through an INTEGER PRIMARY KEY
-Hash, Time = sa.String(64), sa.Double()
+Hash, Time = sa.String(64), sa.Double[float]()
 
 def col(name, type_, nullable=False): return sa.Column(name, type_, nullable=nullable)
 def fk(name, target): return sa.ForeignKeyConstraint([name], [target])
