@@ -28,7 +28,8 @@ MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before comp
 def actions_for(o: LinearizerOptions) -> tuple[Opt, ...]:
   """The actions this device can take: ops it has, and THREAD splits between 1x and 4x its threads."""
   ok = set(allowed_ops(o))
-  return tuple(a for a in ACTIONS if a.op in ok and (a.op is not OptOp.THREAD or (o.threads > 1 and o.threads <= a.amt <= 4 * o.threads)))
+  def threads_ok(a: Opt) -> bool: return o.threads > 1 and a.amt is not None and o.threads <= a.amt <= 4 * o.threads
+  return tuple(a for a in ACTIONS if a.op in ok and (a.op is not OptOp.THREAD or threads_ok(a)))
 
 
 def children(k: Kernel, actions: tuple[Opt, ...]) -> Iterator[Kernel]:

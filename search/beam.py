@@ -33,12 +33,12 @@ class BeamStrategy:
 
   def _next_round(self) -> None:
     ok = sorted(((k, c) for k, c in self.results if c.status is Status.OK and c.verified),
-                key=lambda p: (p[1].min_s, self.order[tuple(p[0].applied_opts)]))
+                key=lambda p: (p[1].fastest_s, self.order[tuple(p[0].applied_opts)]))
     if self.round > 0:
-      if not ok or ok[0][1].min_s >= self.last * (1 - self.s.min_improvement):  # this round's best barely beat the last's
+      if not ok or ok[0][1].fastest_s >= self.last * (1 - self.s.min_improvement):  # this round's best barely beat the last's
         self.done = True
         return
-      self.beam, self.last = [k for k, _ in ok[:self.s.beam]], ok[0][1].min_s
+      self.beam, self.last = [k for k, _ in ok[:self.s.beam]], ok[0][1].fastest_s
     elif len(self.beam) > self.s.beam:  # more seeds than the beam (warm starts): the fastest go on, the first seed if none ran
       self.beam = [k for k, _ in ok[:self.s.beam]] or self.beam[:1]
     # else the seeds are all expanded, measured well or not: they are where the search starts

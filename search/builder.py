@@ -7,7 +7,7 @@ lowering and rendering must take every schedule the Kernel accepted, so it raise
 from __future__ import annotations
 import hashlib, importlib, threading, time
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Generator, Optional
 from devices.base import Binary
 from linearizer.ast import KernelAST, loads
 from linearizer.kernel import Kernel, Opt
@@ -67,7 +67,7 @@ class Builder:
     self.batch = batch and hasattr(importlib.import_module(module), "compile_batch")
     self.sources: set[str] = set()     # source hashes seen: the duplicate filter
 
-  def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None) -> Iterator[Build]:
+  def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None) -> Generator[Build, None, None]:
     """Builds of the kernels as they finish (failures too, duplicates left out), until all are done, the deadline
     passes or `stop` is set; the consumer may stop early, and the queued tasks are dropped."""
     pool, mod = self.pool, self.module

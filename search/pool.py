@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, cast
 
 
 def die_with_parent() -> None:
@@ -96,18 +96,18 @@ class CompilePool:
       now = time.monotonic()
       wait_s = min(s.deadline for s in busy.values()) - now
       if end is not None: wait_s = min(wait_s, end - now)
-      done = []
-      for conn in wait(list(busy), timeout=max(0.0, wait_s)):
-        s = busy[conn]
-        try: ok, val = conn.recv()
+      done: list[tuple[int, bool, Any]] = []
+      for ready in wait(list(busy), timeout=max(0.0, wait_s)):
+        s = busy[cast(Connection, ready)]  # wait() answers with what it was given
+        try: ok, val = s.conn.recv()
         except (EOFError, OSError):
           s.proc.join(1)
           ok, val = False, f"compile worker died (exit code {s.proc.exitcode})"
           self._replace(s)
-        done.append((s.ticket, ok, val))
+        done.append((cast(int, s.ticket), ok, val))  # busy: each holds a ticket
         s.ticket = None
       for s in [s for s in busy.values() if s.ticket is not None and time.monotonic() > s.deadline]:
-        done.append((s.ticket, False, f"timed out after {self.timeout_s:g} s"))
+        done.append((cast(int, s.ticket), False, f"timed out after {self.timeout_s:g} s"))
         s.ticket = None
         self._replace(s)
       self._dispatch()

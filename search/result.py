@@ -32,6 +32,11 @@ class Candidate:
   @property
   def min_s(self) -> Optional[float]: return min(self.times_s) if self.times_s else None
   @property
+  def fastest_s(self) -> float:
+    """min_s of a candidate that was timed (ok or slow)."""
+    if not self.times_s: raise ValueError(f"candidate {self.opts} was not timed ({self.status})")
+    return min(self.times_s)
+  @property
   def failed(self) -> bool: return self.status in FAILURES
 
   def __post_init__(self): self.status = Status(self.status)  # from JSON, a plain str

@@ -87,7 +87,8 @@ class _Case:
 
 def _main(conn: Connection, module: str) -> None:
   die_with_parent()
-  dev, case, progs = importlib.import_module(module), None, {}
+  dev, progs = importlib.import_module(module), {}
+  case: Optional[_Case] = None
   while (msg := conn.recv()) is not None:
     op, *args = msg
     try:
@@ -96,6 +97,7 @@ def _main(conn: Connection, module: str) -> None:
         conn.send(None)
       elif op == "measure":
         lib, name, check, min_time_s, min_runs, max_runs, early_stop_s = args
+        if case is None: raise RuntimeError("measure before setup")
         key = (lib.key, name)  # a batch's library holds many candidates' entry points
         if key not in progs: progs[key] = dev.Program(lib, name)
         load = OtherLoad()  # this process's own threads are not others'
@@ -110,7 +112,8 @@ class Runner:
   SETUP_TIMEOUT_S = 120.0
 
   def __init__(self, module: str):
-    self.module, self.case, self.restarts = module, None, 0
+    self.module, self.restarts = module, 0
+    self.case: Optional[tuple[Path, dict[str, int]]] = None  # the setup's, repeated after each restart
     self._ctx = get_context("spawn")
     self._start()
 

@@ -103,7 +103,7 @@ JOB_EXTRA = {"action_space_version"}  # a job's key the queue reads (which worke
 
 
 def _job_fields() -> dict[str, tuple[Any, Any, dict]]:
-  out = {}
+  out: dict[str, tuple[Any, Any, dict]] = {}
   for cls in (SearchSettings, *STAGES.values()):
     hints = typing.get_type_hints(cls)
     out |= {f.name: (hints[f.name], f.default if f.default is not MISSING else None, dict(f.metadata))

@@ -91,7 +91,7 @@ class _Search:
     def add(k: Kernel, c: Candidate) -> None:
       out.append((k, c))
       self.candidates.append(c)
-      if c.status is Status.OK and c.verified: self.best_s = min(self.best_s or c.min_s, c.min_s)
+      if c.status is Status.OK and c.verified: self.best_s = c.fastest_s if self.best_s is None else min(self.best_s, c.fastest_s)
       if self.progress: self.progress(len(self.candidates), self.best_s)
     def more() -> bool: return len(out) < limit and time.monotonic() < deadline and not (self.stop and self.stop.is_set())
     seeds, builds = [], self.builder.build(kernels, deadline, self.stop)
@@ -125,12 +125,12 @@ class _Search:
     look 100x slower, and a slower winner must never be stored.
     (baseline, winner, medians by id, per-round baseline/winner ratios, the measurement conditions)."""
     s, early_stop = self.s.final, self.s.measure.early_stop
-    ok = sorted((c for c in measured if c.status is Status.OK and c.verified), key=lambda c: c.min_s)
+    ok = sorted((c for c in measured if c.status is Status.OK and c.verified), key=lambda c: c.fastest_s)
     if not ok:
       why = "; ".join(f"{c.opts or 'no opts'}: {c.status} {c.error}".strip() for c in self.candidates[:2])
       raise SearchError(f"no candidate ran correctly ({len(self.candidates)} tried); seeds: {why}")
     base = next((c for c in ok if c.opts == hand_opts), None) or next((c for c in ok if not c.opts), ok[0])
-    finalists = list({id(c): c for c in [c for c in ok[:s.final_top] if c.min_s < early_stop * ok[0].min_s] + [base]}.values())
+    finalists = list({id(c): c for c in [c for c in ok[:s.final_top] if c.fastest_s < early_stop * ok[0].fastest_s] + [base]}.values())
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
     for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE else 0)):
       if attempt: self.wait_quiet()
@@ -154,7 +154,7 @@ class _Search:
     for r in range(self.s.final.final_rounds):
       for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:
         b = self.libs[c.source_hash]
-        m = self.runner.measure(b.binary, b.name, check=False, timeout_s=max(10.0, 50 * c.min_s),
+        m = self.runner.measure(b.binary, b.name, check=False, timeout_s=max(10.0, 50 * c.fastest_s),
                                 min_time_s=self.s.measure.min_time_s / 2, min_runs=1)
         if m.status is Status.OK: rounds[id(c)].append(min(m.times_s))
       self.check_stop()
