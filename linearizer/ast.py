@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib, json, math, re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, NoReturn, Optional, Sequence, Union
 import numpy as np
 from linearizer.dtypes import DTYPES, DType, bool_
 from linearizer import symbolic
@@ -152,8 +152,8 @@ class KernelAST:
     out = []
     for b in self.buffers:
       bounds = [st.position_bounds()[0] for st in (b.sts if var_vals is None else [concrete_st(st, var_vals) for st in b.sts])]
-      bounds = [x for x in bounds if x is not None] or [(0, 0)]
-      out.append((min(lo for lo, _ in bounds), max(hi for _, hi in bounds)))
+      reached = [x for x in bounds if x is not None] or [(0, 0)]
+      out.append((min(lo for lo, _ in reached), max(hi for _, hi in reached)))
     return out
 
   def buffer_sizes(self, var_vals: Optional[Mapping[str, int]] = None) -> list[int]:
@@ -170,7 +170,8 @@ class KernelAST:
       arg = n.arg
       if isinstance(arg, MemArg) and arg.buf in shift:
         v0 = arg.st.views[0]
-        arg = MemArg(arg.buf, arg.dtype, ShapeTracker((View(v0.shape, v0.strides, symbolic.add(v0.offset, -shift[arg.buf]), v0.mask),) + arg.st.views[1:]))
+        moved = View(v0.shape, v0.strides, symbolic.add(v0.offset, -shift[arg.buf]), v0.mask)
+        arg = MemArg(arg.buf, arg.dtype, ShapeTracker((moved,) + arg.st.views[1:]))
       return LazyOp(n.op, src, arg)
     return KernelAST(move(self.ast), self.vars, self.name)
 
@@ -254,7 +255,8 @@ def load(doc: Any, limits: Limits = Limits()) -> KernelAST:
 
 
 def _tname(x: Any) -> str:
-  return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null", int: "integer", float: "number"}.get(type(x), type(x).__name__)
+  names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null", int: "integer", float: "number"}
+  return names.get(type(x), type(x).__name__)
 
 def _is_int(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
@@ -266,14 +268,15 @@ def _brief(x: Any) -> str:
 
 class _Loader:
   def __init__(self, limits: Limits):
-    self.limits, self.nodes, self.vars = limits, 0, {}
+    self.limits, self.nodes = limits, 0
+    self.vars: dict[str, Var] = {}
     self.interned: dict[LazyOp, LazyOp] = {}
     self.reduce: Optional[tuple[LazyOp, str]] = None
     self.bufs: dict[int, tuple[DType, str]] = {}
     self.var_symbols: dict[str, Var] = {}
     self.spans: dict[int, tuple[int, int, str]] = {}
 
-  def fail(self, path: str, msg: str): raise KernelValidationError(path, msg)
+  def fail(self, path: str, msg: str) -> NoReturn: raise KernelValidationError(path, msg)
 
   def obj(self, x: Any, path: str, required: Sequence[str], optional: Sequence[str] = ()) -> dict:
     if not isinstance(x, dict): self.fail(path, f"expected an object, got {_tname(x)}")
@@ -395,7 +398,7 @@ class _Loader:
       return v
     self.fail(path, f"expected an integer or a symbolic string, got {_tname(x)}")
 
-  def st(self, x: Any, path: str, buf: Optional[int]) -> ShapeTracker:
+  def st(self, x: Any, path: str, buf: Optional[int]) -> ShapeTracker:  # noqa: C901  (one flat check per field of a view, in order)
     self.obj(x, path, ("views",))
     vs = x["views"]
     if not isinstance(vs, list) or not vs: self.fail(f"{path}.views", "expected a non-empty array of views")
@@ -424,7 +427,8 @@ class _Loader:
           if not isinstance(m, list) or len(m) != 2: self.fail(f"{p}.mask[{k}]", "expected a [lo, hi] pair")
           lo, hi = self.sym(m[0], f"{p}.mask[{k}][0]"), self.sym(m[1], f"{p}.mask[{k}][1]")
           # a symbolic end may overhang the dim at some values (real kernels: [0, start_pos+1) on 128): it is clipped
-          overhang = all(isinstance(x, int) for x in (lo, hi, shp[k])) and hi > shp[k]
+          end = shp[k]
+          overhang = isinstance(lo, int) and isinstance(hi, int) and isinstance(end, int) and hi > end
           if smin(lo) < 0 or smax(symbolic.add(lo, symbolic.mul(hi, -1))) > 0 or overhang:
             self.fail(f"{p}.mask[{k}]", f"[{render(lo)}, {render(hi)}) is not within [0, {render(shp[k])}] with lo <= hi")
           msk.append((lo, hi))
@@ -445,7 +449,7 @@ class _Loader:
       self.spans[buf] = (lo, hi, where)
     return st
 
-  def check(self, n: LazyOp, path: str) -> None:
+  def check(self, n: LazyOp, path: str) -> None:  # noqa: C901  (one flat rule per op, in the format's order)
     op, src = n.op, n.src
     ndims = {len(s.shape) for s in src} | ({len(n.arg.st.shape)} if isinstance(n.arg, (MemArg, ConstArg)) else set())
     if len(ndims) > 1: self.fail(path, f"sources have different numbers of dims {sorted(ndims)}")

@@ -7,7 +7,7 @@ first-use order and adds the contiguous STORE.
 """
 from __future__ import annotations
 import math
-from typing import Callable, Hashable, Optional, Sequence, Union
+from typing import Any, Callable, Hashable, Optional, Sequence, Union
 from linearizer import symbolic
 from linearizer.ast import LazyOp, MemArg, ConstArg, CastArg, ReduceArg, KernelAST, load
 from linearizer.dtypes import DType, bool_, float32
@@ -17,7 +17,7 @@ from linearizer.symbolic import Var, sint
 Shape = Sequence[sint]
 LOG2E = math.log2(math.e)
 
-def _pair(x: Union[int, Sequence[int]]) -> tuple[int, int]: return (x, x) if isinstance(x, int) else tuple(x)
+def _pair(x: Union[int, Sequence[int]]) -> tuple[int, int]: return (x, x) if isinstance(x, int) else (x[0], x[1])
 def _flat(xss) -> list: return [x for xs in xss for x in xs]
 
 # ---------------------------------------------------------------- the helper layer
@@ -30,7 +30,8 @@ def broadcast(shape: Shape, out: Shape) -> ShapeTracker:
 
 def ld(buf: Hashable, view: Union[ShapeTracker, Shape], dtype: DType = float32) -> LazyOp:
   """LOAD of the buffer labelled `buf` through `view` (a tracker, or a shape read contiguously)."""
-  return LazyOp("LOAD", (), MemArg(buf, dtype, view if isinstance(view, ShapeTracker) else st(view)))
+  label: Any = buf  # a label until kernel() numbers the buffers
+  return LazyOp("LOAD", (), MemArg(label, dtype, view if isinstance(view, ShapeTracker) else st(view)))
 
 def const(val, shape: Union[ShapeTracker, Shape], dtype: DType = float32) -> LazyOp:
   """A scalar broadcast to `shape` (all strides 0), or read through a tracker: masked positions give 0."""

@@ -27,7 +27,8 @@ class LinearizerOptions:
   threads: int = 1
 
   # a tensor core travels as its name
-  def to_json(self) -> dict[str, Any]: return {f.name: _lists(getattr(self, f.name)) for f in fields(self)} | {"tensor_cores": [t.name for t in self.tensor_cores]}
+  def to_json(self) -> dict[str, Any]:
+    return {f.name: _lists(getattr(self, f.name)) for f in fields(self)} | {"tensor_cores": [t.name for t in self.tensor_cores]}
   @classmethod
   def from_json(cls, d: dict[str, Any]) -> LinearizerOptions:
     return cls(**{k: _tuples(v) for k, v in d.items()} | {"tensor_cores": tuple(BY_NAME[n] for n in d.get("tensor_cores", ()))})

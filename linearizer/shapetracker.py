@@ -250,7 +250,7 @@ class ShapeTracker:
     pos, valid = self.expr_idxs(ivars)
     in_valid = variables(valid)
     out: list[Optional[sint]] = []
-    for i, v in enumerate(ivars):
+    for v in ivars:
       aff = affine(pos, [v])
       out.append(None if aff is None or (not ignore_valid and v in in_valid) else aff[0][0])
     return tuple(out)

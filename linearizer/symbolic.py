@@ -8,7 +8,7 @@ positive constant, `Prod` (non-linear products), `Lt` (x < c, 0 or 1) and `And`.
 """
 from __future__ import annotations
 import math
-from typing import Mapping, Union
+from typing import Mapping, Optional, Union, cast
 
 sint = Union[int, "Node"]
 
@@ -17,6 +17,7 @@ class Node:
   __slots__ = ("min", "max", "_hash", "_key", "_str")
   min: int
   max: int
+  _str: Optional[str]  # render's, kept
 
   def _init(self, lo: int, hi: int, key: tuple) -> None:
     self.min, self.max, self._key, self._hash, self._str = lo, hi, key, hash(key), None
@@ -263,7 +264,7 @@ def substitute(x: sint, env: Mapping[str, sint]) -> sint:
       r = 1
       for f in n.factors: r = mul(r, go(f))
     elif isinstance(n, Lt): r = lt(go(n.x), n.c)
-    else: r = land(*(go(t) for t in n.terms))  # And
+    else: r = land(*(go(t) for t in cast(And, n).terms))
     memo[n] = r
     return r
   return go(x)
@@ -289,10 +290,10 @@ def simplify_valid(valid: sint) -> sint:
   """valid with each of its terms simplified where the others hold (in turn: a term is simplified under the terms
   already simplified and the ones still to come, never under itself)."""
   if not isinstance(valid, And): return valid
-  terms, done = list(valid.terms), []
+  terms, done = list(valid.terms), list[sint]()
   for i, t in enumerate(terms):
-    if (t := simplify_where(t, land(*done, *terms[i + 1:]))) == 0: return 0
-    done.append(t)
+    if (s := simplify_where(t, land(*done, *terms[i + 1:]))) == 0: return 0
+    done.append(s)
   return land(*done)
 
 def evaluate(x: sint, env: Mapping[str, object]):
@@ -311,7 +312,7 @@ def evaluate(x: sint, env: Mapping[str, object]):
     return out
   if isinstance(x, Lt): return (evaluate(x.x, env) < x.c) * 1
   out = 1
-  for t in x.terms: out = out * evaluate(t, env)  # And
+  for t in cast(And, x).terms: out = out * evaluate(t, env)
   return out
 
 def variables(x: sint) -> set[Var]:
@@ -319,7 +320,7 @@ def variables(x: sint) -> set[Var]:
   if isinstance(x, Var): return {x}
   if isinstance(x, Sum): return set().union(*(variables(a) for a, _ in x.terms))
   if isinstance(x, (Div, Mod, Lt)): return variables(x.x)
-  return set().union(*(variables(t) for t in (x.factors if isinstance(x, Prod) else x.terms)))
+  return set().union(*(variables(t) for t in (x.factors if isinstance(x, Prod) else cast(And, x).terms)))
 
 
 def render(x: sint, c: bool = False) -> str:
@@ -343,18 +344,19 @@ def _render(x: Node, c: bool) -> str:
     return fmod if isinstance(x, Mod) else f"(({n}-{fmod})/{x.c})"
   if isinstance(x, Prod): return "(" + "*".join(render(f, c) for f in x.factors) + ")"
   if isinstance(x, Lt): return f"({render(x.x, c)}<{x.c})"
-  return "(" + "&&".join(render(t, c) for t in x.terms) + ")"  # And
+  return "(" + "&&".join(render(t, c) for t in cast(And, x).terms) + ")"
 
 
 class SymbolicParseError(ValueError): pass
 
 MAX_EXPR_LEN, MAX_EXPR_DEPTH, MAX_LITERAL, MAX_EXPR_TERMS = 256, 32, 2**62, 64
 
-def parse(text: str, variables: Mapping[str, Var]) -> sint:
+def parse(text: str, variables: Mapping[str, Var]) -> sint:  # noqa: C901  (a tokenizer and a recursive-descent parser, one screen)
   """Parse the format's grammar: int literals, declared names, + - * // %, unary minus, parentheses."""
   if not isinstance(text, str): raise SymbolicParseError(f"expected a string, got {type(text).__name__}")
   if len(text) > MAX_EXPR_LEN: raise SymbolicParseError(f"expression longer than {MAX_EXPR_LEN} characters")
-  tokens, i = [], 0
+  tokens: list[int | str | tuple[str, str]] = []  # literals, ("name", name), operators and parentheses
+  i = 0
   while i < len(text):
     ch = text[i]
     if ch.isspace(): i += 1

@@ -11,7 +11,7 @@ order, comma-separated, and {c} the accumulator, a float vector): CUDA's inline 
 simdgroup matrices, and an OpenCL C emulation of any of them with the same fragment semantics (the fragments through
 local memory), which is how the layouts are checked on a machine without tensor cores."""
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -56,19 +56,18 @@ class TensorCore:
 #   A: row = groupID + 8*((i>>1)&1)        col = 2*threadID_in_group + (i&1) + 8*(i>>2)
 #   B: row = 2*threadID_in_group + (i&1) + 8*(i>>1)   col = groupID
 #   C: row = groupID + 8*(i>>1)            col = 2*threadID_in_group + (i&1)
-_M16N8K16 = dict(dims=(16, 8, 16), dtype_out="float32", threads=32, a=("l2 l3 l4 e1", "e0 l0 l1 e2"), b=("e0 l0 l1 e1", "l2 l3 l4"),
-                 c=("l2 l3 l4 e1", "e0 l0 l1"))
-MMA_F16 = TensorCore("mma_m16n8k16_f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", dtype_in="float16", **_M16N8K16)
-MMA_BF16 = TensorCore("mma_m16n8k16_bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", dtype_in="bfloat16", **_M16N8K16)
+MMA_F16 = TensorCore("mma_m16n8k16_f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", dims=(16, 8, 16), dtype_in="float16",
+                     dtype_out="float32", threads=32, a=("l2 l3 l4 e1", "e0 l0 l1 e2"), b=("e0 l0 l1 e1", "l2 l3 l4"), c=("l2 l3 l4 e1", "e0 l0 l1"))
+MMA_BF16 = replace(MMA_F16, name="mma_m16n8k16_bf16", instruction="mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", dtype_in="bfloat16")
 SM80 = (MMA_F16, MMA_BF16)  # what a CUDA device of compute capability 8.0 or later offers
 
 # RDNA3 (gfx11) wave32 v_wmma_f32_16x16x16_{f16,bf16} (AMD's RDNA3 ISA guide; GPUOpen, "How to accelerate AI applications
 # on RDNA 3 using WMMA"): A: row = lane%16, col = i (16 elements; lanes 16-31 hold copies of lanes 0-15, so no l4);
 # B: row = i, col = lane%16; C and D, 8 floats: row = 2*i + lane/16, col = lane%16.
-_W16X16X16 = dict(dims=(16, 16, 16), dtype_out="float32", threads=32, a=("l0 l1 l2 l3", "e0 e1 e2 e3"), b=("e0 e1 e2 e3", "l0 l1 l2 l3"),
-                  c=("l4 e0 e1 e2", "l0 l1 l2 l3"))
-WMMA_F16 = TensorCore("wmma_16x16x16_f16", "__builtin_amdgcn_wmma_f32_16x16x16_f16_w32", dtype_in="float16", **_W16X16X16)
-WMMA_BF16 = TensorCore("wmma_16x16x16_bf16", "__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32", dtype_in="bfloat16", **_W16X16X16)
+WMMA_F16 = TensorCore("wmma_16x16x16_f16", "__builtin_amdgcn_wmma_f32_16x16x16_f16_w32", dims=(16, 16, 16), dtype_in="float16",
+                      dtype_out="float32", threads=32, a=("l0 l1 l2 l3", "e0 e1 e2 e3"), b=("e0 e1 e2 e3", "l0 l1 l2 l3"),
+                      c=("l4 e0 e1 e2", "l0 l1 l2 l3"))
+WMMA_BF16 = replace(WMMA_F16, name="wmma_16x16x16_bf16", instruction="__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32", dtype_in="bfloat16")
 RDNA3 = (WMMA_F16, WMMA_BF16)
 
 # Metal simdgroup_half8x8 x simdgroup_half8x8 + simdgroup_float8x8 (Apple GPUs from the M1/A14): every 8x8 matrix is held
@@ -95,7 +94,8 @@ def cuda_wmma(tc: TensorCore) -> tuple[str, str, str]:
   regs = "\n".join(f"  {t2} {x}{j}h = {pack}({x}{2 * j}, {x}{2 * j + 1}); unsigned {x}{j}r = *(unsigned*)&{x}{j}h;"
                    for x, n in (("a", na), ("b", nb)) for j in range(n // 2))
   ops = [f"%{i}" for i in range(4 + na // 2 + nb // 2 + 4)]
-  asm = f"{tc.instruction} {{{', '.join(ops[:4])}}}, {{{', '.join(ops[4:4 + na // 2])}}}, {{{', '.join(ops[4 + na // 2:4 + na // 2 + nb // 2])}}}, {{{', '.join(ops[-4:])}}};"
+  operands = [ops[:4], ops[4:4 + na // 2], ops[4 + na // 2:4 + na // 2 + nb // 2], ops[-4:]]  # D, A, B, C
+  asm = f"{tc.instruction} " + ", ".join("{" + ", ".join(o) + "}" for o in operands) + ";"
   ins = ", ".join([f'"r"({x}{j}r)' for x, n in (("a", na), ("b", nb)) for j in range(n // 2)] + [f'"f"(c.v[{i}])' for i in range(4)])
   return (f"__device__ inline {acc} {tc.name}({args}) {{\n{regs}\n  {acc} d;\n"
           f'  asm volatile("{asm}" : {", ".join(f"{chr(34)}=f{chr(34)}(d.v[{i}])" for i in range(4))} : {ins});\n  return d;\n}}\n'), "", \
