@@ -449,7 +449,7 @@ class _Loader:
       self.spans[buf] = (lo, hi, where)
     return st
 
-  def check(self, n: LazyOp, path: str) -> None:  # noqa: C901  (one flat rule per op, in the format's order)
+  def check(self, n: LazyOp, path: str) -> None:
     op, src = n.op, n.src
     ndims = {len(s.shape) for s in src} | ({len(n.arg.st.shape)} if isinstance(n.arg, (MemArg, ConstArg)) else set())
     if len(ndims) > 1: self.fail(path, f"sources have different numbers of dims {sorted(ndims)}")

@@ -69,7 +69,8 @@ def draw_opts(k: Kernel, rng: random.Random) -> list[Opt]:
     else: op = rng.choice(illegal if illegal and rng.random() < ILLEGAL_RATE else allowed)
     if op is OptOp.NOLOCALS and rng.random() < 0.75: continue  # always legal until locals are used: it would crowd them out
     # an axis up to one past the end; UPCASTMID's among the grouped axes (and one past them), where alone it can be legal
-    axis = None if op is OptOp.NOLOCALS else k.first_reduce + rng.randint(0, k.group_for_reduces) if op is OptOp.UPCASTMID else rng.randint(0, k.shape_len)
+    axis = None if op is OptOp.NOLOCALS else \
+      k.first_reduce + rng.randint(0, k.group_for_reduces) if op is OptOp.UPCASTMID else rng.randint(0, k.shape_len)
     opt = Opt(op, axis, rng.choice(AMTS))
     try: k.apply_opt(opt)
     except OptError: continue
@@ -93,7 +94,8 @@ def builder_kernel(rng: random.Random) -> KernelAST:
   dims = lambda n, sizes=(1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 32): tuple(c(sizes) for _ in range(n))
   kind = c(("matmul", "conv2d", "pool2d", "reduce", "chain", "softmax", "layernorm", "symbolic", "mul_add"))
   if kind == "matmul":
-    return B.matmul(*dims(3), batch=dims(c((0, 1, 2)), (1, 2, 3)), transpose_a=c((False, True)), transpose_b=c((False, True)),
+    m, n, kk = dims(3)
+    return B.matmul(m, n, kk, batch=dims(c((0, 1, 2)), (1, 2, 3)), transpose_a=c((False, True)), transpose_b=c((False, True)),
                     dtype=DTYPES[c(("float32", "float32", "float16", "float64", "int32"))], name="b_matmul")
   if kind == "conv2d":
     g = c((1, 1, 2))

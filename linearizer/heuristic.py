@@ -14,8 +14,8 @@ def _try(k: Kernel, opt: Opt) -> bool:
 def _upcast_budget(k: Kernel) -> int: return math.prod(k.upcast_shape)
 
 def _int_size(k: Kernel, axes: range) -> int | None:
-  sizes = [k.full_shape[i] for i in axes]
-  return None if any(isinstance(s, Node) for s in sizes) else math.prod(sizes)
+  sizes = [s for i in axes if isinstance(s := k.full_shape[i], int)]
+  return math.prod(sizes) if len(sizes) == len(axes) else None
 
 # GPUs: a matrix-vector product splits each row's reduce over MV_GROUP work-items and gives a work-group MV_ROWS rows,
 # each work-item MV_UPCAST of them; a small output over a long reduce splits the reduce over work-items instead
@@ -25,6 +25,7 @@ LOCAL_SIZE = 128  # work-items the locals aim for: enough warps to hide latency,
 
 def _group_reduce(k: Kernel) -> bool:
   """Split the reduce over the work-items of a work-group where one work-item per output would starve the device."""
+  if k.reduceop is None: return False
   out, red = _int_size(k, range(k.first_reduce)), _int_size(k, range(k.first_reduce, k.shape_len))
   if out is None or red is None or red < 256: return False
   strides = [st.views[-1].strides for st in k.sts[1:]]

@@ -23,7 +23,7 @@ from linearizer.ast import KernelAST, LazyOp, ReduceArg, load
 from linearizer.reference import alu, cast
 from linearizer.options import LinearizerOptions
 from linearizer.shapetracker import ShapeTracker
-from linearizer.symbolic import Node, Var, sint, variables
+from linearizer.symbolic import Node, Var, sint, smax, variables
 from linearizer.tensor_cores import TensorCore
 
 
@@ -100,7 +100,7 @@ class Kernel:
   @property
   def global_dims(self) -> int: return self.first_reduce - self.local_dims - self.thread_dims
   @property
-  def upcast_shape(self) -> tuple[sint, ...]: return self.full_shape[self.shape_len - self.upcasted:]
+  def upcast_shape(self) -> tuple[int, ...]: return tuple(smax(s) for s in self.full_shape[self.shape_len - self.upcasted:])  # ints: see _apply
   def is_reduce_axis(self, i: int) -> bool: return self.output_shape[i] != self.full_shape[i]
 
   def _initial_layout(self) -> None:
@@ -166,7 +166,8 @@ class Kernel:
   def _apply(self, opt: Opt) -> None:
     o = self.options
     if opt.op is OptOp.TC: return self._apply_tc(opt)
-    if self.tensor_core: check(opt.op in (OptOp.UPCAST, OptOp.UNROLL, OptOp.LOCAL), f"{opt.op} after TC: only UPCAST, UNROLL and LOCAL keep the warp's layout")
+    if self.tensor_core:
+      check(opt.op in (OptOp.UPCAST, OptOp.UNROLL, OptOp.LOCAL), f"{opt.op} after TC: only UPCAST, UNROLL and LOCAL keep the warp's layout")
     if opt.op is OptOp.NOLOCALS:
       check(o.has_local, "NOLOCALS needs a device with local dims")
       check(self.local_dims == 0 and self.group_for_reduces == 0 and not self.dont_use_locals, "NOLOCALS after locals were used")
@@ -261,8 +262,10 @@ class Kernel:
     check(red is not None and red.arg.fn == "SUM" and red.src[0].op == "MUL", "TC needs a SUM over a MUL")
     loads = [s.src[0] if s.op == "CAST" and not s.arg.bitcast else s for s in red.src[0].src]
     check(all(s.op == "LOAD" for s in loads), "TC needs a product of two LOADs, each maybe through a CAST")
-    tcs = [tc for tc in self.options.tensor_cores if all(s.dtype.name == tc.dtype_in for s in loads) and red.src[0].dtype.name == red.dtype.name == tc.dtype_out]
-    check(bool(tcs), f"no tensor core takes {loads[0].dtype.name} x {loads[1].dtype.name} products in {red.src[0].dtype.name} summed in {red.dtype.name}")
+    tcs = [tc for tc in self.options.tensor_cores
+           if all(s.dtype.name == tc.dtype_in for s in loads) and red.src[0].dtype.name == red.dtype.name == tc.dtype_out]
+    check(bool(tcs), f"no tensor core takes {loads[0].dtype.name} x {loads[1].dtype.name} products in {red.src[0].dtype.name} "
+                     f"summed in {red.dtype.name}")
     vs = [Var(f"_tc{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(self.full_shape)]
     def varies(ld: LazyOp) -> set[int]:  # the axes the LOAD's index or validity depends on
       st = self.sts[self.leaves.index(ld.arg)]
@@ -273,7 +276,8 @@ class Kernel:
       """The axis is a multiple of d, or padded to one at most doubles it, where the operand `flat`, which does not vary
       along it, reads it as a broadcast (its fragments are the same for every lane's row or column there: no mask)."""
       s = self.full_shape[axis]
-      return isinstance(s, int) and (s % d == 0 or _padded(s, d) <= 2 * s and (flat is None or self.sts[self.leaves.index(flat.arg)].broadcast_along(axis)))
+      return isinstance(s, int) and (s % d == 0 or _padded(s, d) <= 2 * s and
+                                     (flat is None or self.sts[self.leaves.index(flat.arg)].broadcast_along(axis)))
     out = []
     for tc in tcs:
       M, N, K = tc.dims
@@ -293,7 +297,8 @@ class Kernel:
     check(not self.applied_opts, "TC must be the first opt")
     check(opt.amt in (None, 0), "TC takes no amount")
     choices = self._tc_choices()
-    check(isinstance(opt.axis, int) and 0 <= opt.axis < len(choices), f"TC axis picks one of the {len(choices)} ways this kernel matches a tensor core")
+    check(isinstance(opt.axis, int) and 0 <= opt.axis < len(choices),
+          f"TC axis picks one of the {len(choices)} ways this kernel matches a tensor core")
     tc, a, b, m, n, k = choices[opt.axis]
     check(o.has_local and tc.threads <= o.local_size_max, "TC needs local dims for the warp's lanes")
     fr, n0 = self.first_reduce, self.shape_len
@@ -304,7 +309,8 @@ class Kernel:
     for axis, d in zip((m, n, k), tc.dims):
       if (size := _padded(full[axis], d)) == full[axis]: continue
       self.sts = [st.widen(axis, size) if j in ops and st.broadcast_along(axis) else
-                  st.pad([(0, size - full[axis]) if i == axis and s == full[axis] else (0, 0) for i, s in enumerate(st.shape)]) for j, st in enumerate(self.sts)]
+                  st.pad([(0, size - full[axis]) if i == axis and s == full[axis] else (0, 0) for i, s in enumerate(st.shape)])
+                  for j, st in enumerate(self.sts)]
     self.shift_to(k, tc.dims[2])
     new = [("k",)]  # the bits each new axis holds, in the order they were split off to the end
     for d, run in tc.runs():  # low bits first: each split takes the axis's lowest bits

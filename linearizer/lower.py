@@ -73,7 +73,7 @@ def _identity(fn: str, dt: DType):
   if fn == "SUM": return 0
   return -float("inf") if dt.is_float else dt.min
 
-def lower(k: Kernel, name: str = "kernel") -> Program:
+def lower(k: Kernel, name: str = "kernel") -> Program:  # noqa: C901  (one 220-line function; follow-up: passes with explicit scopes, issue 16 item 3)
   uops: list[UOp] = []
   seen: dict[UOp, int] = {}
   def emit(u: UOp, dedup: bool = True) -> int:
@@ -129,8 +129,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     if lane_var not in variables(valid) and aff is not None and aff[0][0] in (0, 1):
       if aff[0][0] == 1: return emit(UOp(UOps.LOAD, node.dtype, (), (node.arg.buf, lane0(idx), valid), W))
       return emit(UOp(UOps.VBROADCAST, node.dtype, (scalar_load(node.arg.buf, node.dtype, lane0(idx), valid),), None, W))
-    return emit(UOp(UOps.VBUILD, node.dtype, tuple(scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j}))
-                                              for j in range(W)), None, W))
+    lanes = tuple(scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j})) for j in range(W))
+    return emit(UOp(UOps.VBUILD, node.dtype, lanes, None, W))
 
   def scalar_load(buf: int, dt: DType, idx: sint, valid: sint) -> int:
     return const(0, dt) if valid == 0 else emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
@@ -292,10 +292,12 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     emit(UOp(UOps.ENDIF, None), dedup=False)
     if outer: emit(UOp(UOps.BARRIER, None), dedup=False)  # local memory is written again in the next iteration
   for _ in outer: emit(UOp(UOps.ENDLOOP, None), dedup=False)
-  return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), tuple(s for _, s in gdims), tuple(s for _, s in ldims))
+  launch = tuple(s for _, s in gdims), tuple(s for _, s in ldims)
+  return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
 
 
-def _launch(prefix: str, axes, full, maxes: Optional[tuple[int, ...]] = None, dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
+def _launch(prefix: str, axes, full, maxes: Optional[tuple[int, ...]] = None,
+            dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
   """Axes onto at most `dims` launch dims, the innermost axis on dim 0 and the outermost ones sharing the last (decoded
   with // and %, so only the outermost of those may have a symbolic size; the rest stay loops): (each axis's index,
   each launch dim's index variable and size, the axes left to loops). A dim past the device's limit for it (`maxes`:
@@ -372,7 +374,8 @@ def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]
     # STORE valid for every lane where the other upcast axis is 0 and for lane 0 only where it is 1
     ups = {i: Var(f"_up{i}", 0, k.full_shape[i] - 1) for i in range(k.shape_len - k.upcasted, k.shape_len)}
     def at(st):
-      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0)) for i in range(k.shape_len)])
+      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))  # noqa: B023  (this iteration's)
+                           for i in range(k.shape_len)])
     idx, valid = at(k.sts[0])
     aff = affine(idx, [lv])
     if aff is None or aff[0][0] != 1 or lv in variables(valid): continue

@@ -6,7 +6,8 @@ It is the golden answer for every generated kernel, so the semantics are spelled
   machinery the code generators use.
 - float16 and bfloat16 arithmetic is done in float32 and rounded to the dtype after every op, as
   generated code does. EXP2, LOG2 and SIN are computed in float64 and rounded to the dtype, so the
-  reference is correctly rounded there (numpy's float32 exp2 is 1 ulp off on a fifth of inputs). Float DIV is IEEE division; MAX propagates NaN; float MOD is C `fmod`.
+  reference is correctly rounded there (numpy's float32 exp2 is 1 ulp off on a fifth of inputs). Float DIV is IEEE
+  division; MAX propagates NaN; float MOD is C `fmod`.
 - The accuracy contract: generated code computes SQRT, RECIP (1/x) and DIV exactly (IEEE, correctly rounded), and
   EXP2, LOG2 and SIN within ULP_BOUND ulps of the result's dtype of the exact value, over every input, with the
   special values exact: NaN in, NaN out; exp2(-inf) = +0, exp2(+inf) = +inf, exp2 of an integer exact; log2(+-0) =
@@ -82,7 +83,7 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
       if red is not None:
         acc, mag = None, 0.0
         for sub in _blocks(block, heaviest(axes), cost):
-          ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live, nudge)
+          ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live, nudge)  # noqa: B023  (used in this iteration only)
           if contract:
             a, b = ev(red.src[0].src[0]), ev(red.src[0].src[1])
             part = _contract(a, b, sub, axes)

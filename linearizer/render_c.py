@@ -172,7 +172,8 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
     bits = dst.itemsize * 8 - (dst.kind == "i")
     lo = f"-{float(2 ** bits).hex()}" if dst.kind == "i" else "-0x1p+0"
     f, t = f"({lang.wide}){x}", lang.ctype(dst)
-    return f"({f}!={f}?({t})0:{f}>={float(2 ** bits).hex()}?{literal(dst.max, dst, lang)}:{f}{'<' if dst.kind == 'i' else '<='}{lo}?{literal(dst.min, dst, lang)}:({t}){f})"
+    return (f"({f}!={f}?({t})0:{f}>={float(2 ** bits).hex()}?{literal(dst.max, dst, lang)}:"
+            f"{f}{'<' if dst.kind == 'i' else '<='}{lo}?{literal(dst.min, dst, lang)}:({t}){f})")
   if src.name == "float64" and dst.name in lang.from_double: return lang.from_double[dst.name].format(x)
   return _narrow(dst, f"({lang.ctype(dst)}){_f(src, x)}", lang)
 
@@ -232,7 +233,7 @@ def launch_sizes(launch: dict, var_vals: Sequence[int]) -> tuple[list[int], list
   return [int(evaluate(parse(g, names), env)) for g in launch["groups"]], launch["local"]
 
 
-def render_source(prog: Program, lang: Lang) -> str:
+def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch per IR op, flat; follow-up with lower()'s passes)
   names: dict[int, str] = {}
   # a kernel's own variables are renamed apart: no generated name (v1, acc4, data0; the linearizer's start with "_"), type,
   # macro or builtin of any of the languages (int, NAN, threadIdx) starts with "var_"
@@ -298,7 +299,8 @@ def render_source(prog: Program, lang: Lang) -> str:
       b, idx, valid = u.arg
       val = src[0]
       if isinstance(b, int) and (bdt := prog.buffers[b][1]).name in lang.store: val = lang.store[bdt.name].format(val)
-      store = f"{at(b, idx)} = {val};" if u.vec == 1 else vmem(lang.vstore, lang.vstore_aligned, idx, u.vec).format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
+      store = f"{at(b, idx)} = {val};" if u.vec == 1 else \
+        vmem(lang.vstore, lang.vstore_aligned, idx, u.vec).format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
       line(store if valid == 1 else f"if ({ex(valid)}) {store}")
     elif op is UOps.LOAD:
       b, idx, valid = u.arg

@@ -6,6 +6,7 @@ C++ leaves signed overflow undefined, so int32/int64 + - * wrap through the unsi
 to int, 65535 * 65535 overflows). Contraction is off in the compiler (NVRTC --fmad=false, hipcc -ffp-contract=off): the
 only fused ops are the linearizer's MULACCs, fma()."""
 from __future__ import annotations
+from typing import Any
 from linearizer.lower import Program, UOps
 from linearizer.render_c import Lang, render_source
 from linearizer.tensor_cores import cuda_wmma, hip_wmma, metal_wmma
@@ -32,11 +33,12 @@ template <class V, class T> __device__ inline V lanes_load(const T* p) { V r; fo
 template <class T, int N> __device__ inline void lanes_store(T* p, lanes<T, N> x) { for (int i = 0; i < N; i++) p[i] = x.v[i]; }
 """
 
-_CPP = dict(  # what CUDA and HIP share
+_CPP: dict[str, Any] = dict(  # what CUDA and HIP share
   kernel='extern "C" __global__ ', bounds="__launch_bounds__({n}) ", ids={"group": "blockIdx.{xyz}", "local": "threadIdx.{xyz}"},
   barrier="__syncthreads();", shared="__shared__ __attribute__((aligned(16))) ",  # the widest vector: read whole from there
   restrict="__restrict__", types={"float16": "float", "bfloat16": "float"}, suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"},
-  wrap={"int32": "unsigned int", "int64": "unsigned long long", "uint16": "unsigned int"}, fma="fma{f}({0},{1},{2})", vectors=LANES, declare_vectors=False,
+  wrap={"int32": "unsigned int", "int64": "unsigned long long", "uint16": "unsigned int"}, fma="fma{f}({0},{1},{2})", vectors=LANES,
+  declare_vectors=False,
   vtype="lanes<{t},{n}>", mtype="lanes<bool,{n}>", vbroadcast="lanes_splat<{vt}>({x})", vbuild="{vt}{{{{{xs}}}}}", vzero="{vt}{{}}",
   vload="lanes_load<{vt}>({p})", vstore="lanes_store({p}, {x});", vload_aligned="*(const {vt}*)({p})", vstore_aligned="*({vt}*)({p}) = {x};",
   select="lanes_select({m},{a},{b})", convert="lanes_convert<{vt}>({x})", vfma="lanes_fma({0},{1},{2})", gep="{x}.v[{i}]")
@@ -106,6 +108,7 @@ def render_hip(prog: Program) -> str: return render_source(prog, HIP)
 def render_metal(prog: Program) -> str:
   """Metal source; lanes stay scalars (lower with no vector_dtypes), but for a tensor core's accumulators, and float64 has
   no Metal type."""
-  if any(u.vec > 1 and u.op not in (UOps.DEFINE_ACC, UOps.WMMA) for u in prog.uops): raise ValueError("Metal renders scalar lanes only: lower with vector_dtypes=()")
+  if any(u.vec > 1 and u.op not in (UOps.DEFINE_ACC, UOps.WMMA) for u in prog.uops):
+    raise ValueError("Metal renders scalar lanes only: lower with vector_dtypes=()")
   if any(u.dtype is not None and u.dtype.name == "float64" for u in prog.uops): raise ValueError("Metal has no float64")
   return render_source(prog, METAL)

@@ -3,8 +3,8 @@
 Each float32 lane is widened to double and computed there with a polynomial whose error (< 1e-13 relative) is far below
 a float32 ulp (6e-8), then rounded once to float32: the result is the correctly rounded one unless the exact value lies
 within 1e-13 of a rounding midpoint (tests/test_vecmath.py checks every float32 input against libm's double result: all
-are correctly rounded). Twice the work of float arithmetic, but no float error analysis to get wrong. Doubles hold every float32, its denormals as normal numbers, so
-no input needs a special path but SIN's huge arguments:
+are correctly rounded). Twice the work of float arithmetic, but no float error analysis to get wrong. Doubles hold every
+float32, its denormals as normal numbers, so no input needs a special path but SIN's huge arguments:
 - exp2: x = n + r (n = round(x), |r| <= 1/2) after clamping x to [-152, 129] (beyond, the float result is 0 or inf);
   2^r by its Taylor series to r^11, times 2^n built from n's bits (a normal double for every clamped n).
 - log2: x = 2^e * m with m in [sqrt(1/2), sqrt(2)); log2(m) = 2/ln2 * atanh(s), s = (m-1)/(m+1), |s| <= 0.172, by the
@@ -105,7 +105,8 @@ def c_source(n: int) -> str:
   """tsvc_exp2_f{n}, tsvc_log2_f{n}, tsvc_sin_f{n} on n float32 lanes (tsvc_f{n}: a gcc vector; n = 1 adds tsvc_exp2f & co
   on plain floats), with every smaller instance they are built of; guarded, so instances may repeat."""
   f, h = f"tsvc_f{n}", n // 2
-  direct = "".join(f"static inline {f} tsvc_{fn}_f{n}({f} x) {{ return __builtin_convertvector(tsvc_{fn}_d{n}(__builtin_convertvector(x, tsvc_d{n})), {f}); }}\n"
+  direct = "".join(f"static inline {f} tsvc_{fn}_f{n}({f} x) "
+                   f"{{ return __builtin_convertvector(tsvc_{fn}_d{n}(__builtin_convertvector(x, tsvc_d{n})), {f}); }}\n"
                    for fn in ("exp2", "log2", "sin"))
   lanes = lambda lo, hi: ", ".join(map(str, range(lo, hi)))
   split = "".join(f"static inline {f} tsvc_{fn}_f{n}({f} x) {{\n  tsvc_f{h} a = tsvc_{fn}_f{h}(__builtin_shufflevector(x, x, {lanes(0, h)})), "
@@ -113,5 +114,6 @@ def c_source(n: int) -> str:
                   for fn in ("exp2", "log2", "sin"))
   body = _types(n) + (_core(n) + direct if DIRECT.get(n) == "" else split if n not in DIRECT else
                       f"#ifdef {DIRECT[n]}\n{_core(n)}{direct}#else\n{split}#endif\n")
-  if n == 1: body += "".join(f"static inline float tsvc_{fn}f(float x) {{ return tsvc_{fn}_f1((tsvc_f1){{x}})[0]; }}\n" for fn in ("exp2", "log2", "sin"))
+  if n == 1:
+    body += "".join(f"static inline float tsvc_{fn}f(float x) {{ return tsvc_{fn}_f1((tsvc_f1){{x}})[0]; }}\n" for fn in ("exp2", "log2", "sin"))
   return (c_source(h) if n > 4 else "") + f"#ifndef TSVC_MATH_{n}\n#define TSVC_MATH_{n}\n{body}#endif\n"
