@@ -124,6 +124,11 @@ class Runner:
     child.close()
     if self.case: self.setup(*self.case)
 
+  @property
+  def pid(self) -> int:
+    if self.proc.pid is None: raise RuntimeError("the runner process is not started")
+    return self.proc.pid
+
   def setup(self, case_dir: Path, var_vals: dict[str, int]) -> None:
     """Load the case `write_case` wrote (again after each restart)."""
     self.case = (case_dir, var_vals)

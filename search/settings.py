@@ -5,7 +5,7 @@ builds its request model from them); the others belong to the machine or the cal
 from __future__ import annotations
 import os, typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Optional
 
 MAX_INT = 2**31 - 1
@@ -16,7 +16,7 @@ def job_field(default: Any, help: str, **bounds) -> Any:
   return field(default=default, metadata={"help": help, "bounds": bounds})
 
 
-class OnBusy(str, Enum):
+class OnBusy(StrEnum):
   """What a contended final check leads to. REFUSE: redo it once the machine is quiet (waiting up to quiet_wait_s),
   busy_retries times at most; still contended, the search ends with DeviceBusy unless the baseline won. STORE: keep it,
   marked busy, without waiting (TUNESVC_ON_BUSY=store: a machine known to be shared, as the test suite's tests that are

@@ -134,7 +134,7 @@ class _Search:
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
     for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE else 0)):
       if attempt: self.wait_quiet()
-      load = OtherLoad(self.runner.proc.pid)
+      load = OtherLoad(self.runner.pid)
       rounds = self.final_rounds(finalists)
       other, drift = load.cores(), _drift(rounds[id(base)])
       med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
@@ -164,7 +164,7 @@ class _Search:
   def wait_quiet(self) -> None:
     """Up to quiet_wait_s for a quiet second (the stop event is seen each second)."""
     end = time.monotonic() + self.s.final.quiet_wait_s
-    while time.monotonic() < end and wait_quiet(self.s.final.busy_load, 0, self.runner.proc.pid)[1] >= self.s.final.busy_load:
+    while time.monotonic() < end and wait_quiet(self.s.final.busy_load, 0, self.runner.pid)[1] >= self.s.final.busy_load:
       self.check_stop()
 
 

@@ -50,7 +50,7 @@ def cmd_check(args) -> int:
 def _load_file(path: str) -> Iterator[KernelAST]:
   for label, text in read_documents(path):
     try: yield loads(text)
-    except KernelValidationError as e: raise SystemExit(f"ERROR {_name_of(text, label)} {e.path}: {e.message}")
+    except KernelValidationError as e: raise SystemExit(f"ERROR {_name_of(text, label)} {e.path}: {e.message}") from None
 
 
 def _fmt_shape(shape) -> str: return "(" + ", ".join(render(s) for s in shape) + ")"
@@ -142,7 +142,7 @@ def cmd_run(args) -> int:
   for path in args.files:
     for k in _load_file(path):
       try: vv = k.var_vals({**k.var_vals(), **{n: x for n, x in var_args.items() if n in {v.name for v in k.vars}}})
-      except ValueError as e: raise SystemExit(f"ERROR {k.name}: {e}")
+      except ValueError as e: raise SystemExit(f"ERROR {k.name}: {e}") from None
       kr = k.rebased()  # allocate only the window of each buffer the kernel reaches
       at = f" ({', '.join(f'{n}={x}' for n, x in vv.items())})" if vv else ""
       if args.device is not None:
@@ -224,8 +224,9 @@ def cmd_tune(args) -> int:
         with progress.kernel(name, settings) as show:
           try: r = tune(k, args.device, settings, progress=show, warm=cache.winners_elsewhere(k.key, fp_hash, ACTION_SPACE_VERSION))
           except (SearchError, RenderBug, DeviceBusy) as e:
-            ok, e = False, f"device busy: {e}" if isinstance(e, DeviceBusy) else e
-            print(json.dumps({"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": str(e)}) if args.json else f"FAILED {name}: {e}")
+            ok, why = False, f"device busy: {e}" if isinstance(e, DeviceBusy) else str(e)
+            failed = {"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": why}
+            print(json.dumps(failed) if args.json else f"FAILED {name}: {why}")
             continue
         cache.put(r)
       if args.json:
@@ -237,7 +238,8 @@ def cmd_tune(args) -> int:
       else:
         lo, hi = r.speedup_spread
         busy = " busy" if r.conditions.get("busy") else ""  # measured while the rest of the machine contended the device
-        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", rate(r.flops, r.bytes, r.best_s), f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f}){busy}",
+        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", rate(r.flops, r.bytes, r.best_s),
+                      f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f}){busy}",
                       str(len(r.candidates)), str(r.failed), "cached" if cached else f"{r.search_s:.1f} s", opts_text(r.best_opts))
   if not args.json: print_table(table)
   return 0 if ok else 1
@@ -291,7 +293,8 @@ def cmd_tune_remote(args) -> int:
       left = len(jobs) - finished
       eta = f", about {left * elapsed / finished:.0f} s left" if finished and left and elapsed > 1 else ""
       if not left or args.no_wait or time.monotonic() - last >= 10:
-        print(f"{names}: {counts['done']}/{len(jobs)} done, {counts['running']} running, {counts['queued']} queued, {counts['failed']} failed{eta}", flush=True)
+        print(f"{names}: {counts['done']}/{len(jobs)} done, {counts['running']} running, {counts['queued']} queued, "
+              f"{counts['failed']} failed{eta}", flush=True)
         last = time.monotonic()
       if not left or args.no_wait: return 1 if counts["failed"] else 0
       time.sleep(2)
@@ -523,13 +526,20 @@ def version() -> str:
   from linearizer import CODEGEN_VERSION
   return f"tunesvc {v} (codegen version {CODEGEN_VERSION})"
 
+def _prints_help(p: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+  """A command's fn where it was named without a subcommand: its help."""
+  def fn(_: argparse.Namespace) -> int:
+    p.print_help()
+    return 0
+  return fn
+
 def parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="tunesvc", description="Kernel autotuning service.")
   p.add_argument("--version", action="version", version=version(), help="print the version and exit")
-  p.set_defaults(fn=lambda _: p.print_help() or 0)  # `tunesvc` alone: the commands
+  p.set_defaults(fn=_prints_help(p))  # `tunesvc` alone: the commands
   sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
   kernel = sub.add_parser("kernel", help="work with kernel documents (tunesvc.kernel/1): check, show, run")
-  kernel.set_defaults(fn=lambda _: kernel.print_help() or 0)
+  kernel.set_defaults(fn=_prints_help(kernel))
   kp = kernel.add_subparsers(dest="kcmd", metavar="COMMAND")
   c = kp.add_parser("check", help="validate documents: OK <key> <name> or ERROR <name> <json-path>: <message>")
   c.add_argument("files", nargs="+", help=".json (one document), .jsonl or .jsonl.gz (one per line)")
@@ -573,7 +583,8 @@ def parser() -> argparse.ArgumentParser:
   sv.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: a free one, printed)")
   sv.add_argument("--db", metavar="URL", help="database URL, e.g. postgresql+psycopg://user@host/db (or TUNESVC_DATABASE_URL)")
   sv.add_argument("--workers", type=int, default=1, help="local worker processes per device found (0: the API only)")
-  sv.add_argument("--api-processes", type=int, default=1, metavar="N", help="API processes sharing the port (default 1; one per core serves the most lookups)")
+  sv.add_argument("--api-processes", type=int, default=1, metavar="N",
+                  help="API processes sharing the port (default 1; one per core serves the most lookups)")
   sv.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs more than a lookup)")
   sv.set_defaults(fn=cmd_serve)
   d = sub.add_parser("demo", help="serve, tune the example kernels with a local CPU worker, print the table and the dashboard URL")

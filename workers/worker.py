@@ -55,7 +55,7 @@ class Worker:
     jid, lost, stop, done = job["job_id"], threading.Event(), threading.Event(), threading.Event()
     try: settings = settings_of(job)
     except ValueError as e:  # a job this worker cannot search as asked: no retry either
-      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"bad search settings: {e}", retry=False))
+      return self.fail(jid, f"bad search settings: {e}", retry=False)
     def beat() -> None:  # heartbeats; and the search's stop once the lease is lost or the worker is stopping
       next_beat = time.monotonic() + self.lease_s / 4
       while not done.wait(0.1):
@@ -78,18 +78,22 @@ class Worker:
       if not lost.is_set(): self.deliver(jid, "release", lambda: self.client.release(self.id, jid))  # stopping: no attempt spent
       return False
     except DeviceBusy as e:  # back to the queue with the reason: another attempt, later, may find the machine quiet
-      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"device busy: {e}", retry=True))
+      return self.fail(jid, f"device busy: {e}", retry=True)
     except (KernelValidationError, SearchError, RenderBug, MemoryError) as e:  # the same input fails the same way: no retry
-      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=False))
+      return self.fail(jid, f"{type(e).__name__}: {e}", retry=False)
     except Exception as e:
       log.exception("job %s failed", jid)
-      return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, f"{type(e).__name__}: {e}", retry=True))
+      return self.fail(jid, f"{type(e).__name__}: {e}", retry=True)
     finally:
       done.set()
       hb.join()
     if self.deliver(jid, "result", lambda: self.client.report(self.id, jid, result)):
       log.info("job %s: %s %.3g ms -> %.3g ms", jid, job["kernel_key"][:12], result.baseline_s * 1e3, result.best_s * 1e3)
     return True
+
+  def fail(self, jid: int, reason: str, retry: bool) -> bool:
+    """Report the attempt failed (the reason bound here, not an except clause's name a deferred call would lose)."""
+    return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, reason, retry=retry))
 
   def deliver(self, jid: int, what: str, call: Callable[[], object]) -> bool:
     """Send a finished job's outcome, riding out the service being away (network errors, 5xx: again after a backoff that
