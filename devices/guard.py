@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Optional
 import numpy as np
 import numpy.typing as npt
+from devices.base import Device
 
 GUARD_BYTES = 64 << 10  # on each side: a candidate's stray write is rarely farther (an unmasked tile, a wrong stride)
 
 
 class Guarded:
-  def __init__(self, dev, n: int, dtype: npt.DTypeLike, seed: int = 0):
+  def __init__(self, dev: Device, n: int, dtype: npt.DTypeLike, seed: int = 0):
     self.dev, self.n, dt = dev, n, np.dtype(dtype)
     g = GUARD_BYTES // dt.itemsize  # a multiple of any vector width: the buffer keeps the allocation's alignment
     self.raw = dev.alloc(g + n + g, dt)
