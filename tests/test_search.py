@@ -142,7 +142,7 @@ def test_settings_are_one_flat_definition_split_by_stage_and_unknown_names_are_r
 class _ScriptedRunner:
   """The final check's runner: each library's time comes from `times` (quiet or contended, as the load says)."""
   def __init__(self, loads, times):
-    self.proc, self.loads, self.times, self.checks = SimpleNamespace(pid=os.getpid()), iter(loads), times, 0
+    self.pid, self.loads, self.times, self.checks = os.getpid(), iter(loads), times, 0
   def load(self, *pids):  # search.tune.OtherLoad: one reading per final check
     self.checks += 1
     return SimpleNamespace(cores=lambda v=next(self.loads): v)
