@@ -2,8 +2,9 @@
 
 Round 0 proposes the seeds (the hand-coded schedule, the unoptimised kernel, and any warm starts), which form the first
 beam (the `beam` fastest where there are more). Each later round expands every beam member by every legal action, skips
-schedules already proposed, and keeps the `beam` fastest verified candidates of the round as the next beam. It ends when a round's best is less than `min_improvement`
-faster than the previous round's, when nothing is left to try, or after max_rounds. The seeds compete for the win but
+schedules already proposed, and keeps the `beam` fastest verified candidates of the round as the next beam. It ends
+when a round's best is less than `min_improvement` faster than the previous round's, when nothing is left to try, or
+after max_rounds. The seeds compete for the win but
 do not end the search: one-opt schedules rarely beat the hand-coded one, their descendants may. Ties break by the order
 candidates were generated in, so a search is deterministic for given timings.
 """
