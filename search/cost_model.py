@@ -3,7 +3,7 @@
 Trained on log time (a kernel's candidates span orders of magnitude; what matters is the ratio between them), ranking
 by predicted time. Small-data settings: a search has tens of measurements, not thousands, so leaves may hold few."""
 from __future__ import annotations
-from typing import Sequence
+from typing import Optional, Sequence
 import numpy as np
 import lightgbm  # LightGBM: fast to fit on tens of rows, a lambdarank objective for cross-kernel ranking, a wheel with no build step
 
@@ -16,7 +16,8 @@ DATASET = dict(min_data_in_bin=1, verbose=-1)
 
 class CostModel:
   def __init__(self, seed: int = 0):
-    self.seed, self.booster = seed, None  # a lightgbm.Booster once fitted
+    self.seed = seed
+    self.booster: Optional[lightgbm.Booster] = None  # once fitted
 
   @property
   def fitted(self) -> bool: return self.booster is not None
@@ -32,7 +33,7 @@ class CostModel:
   def predict(self, features: Sequence[Sequence[float]]) -> np.ndarray:
     """Predicted log time of each."""
     if self.booster is None: raise ValueError("the cost model is not fitted")
-    return self.booster.predict(np.asarray(features, dtype=np.float64))
+    return np.asarray(self.booster.predict(np.asarray(features, dtype=np.float64)))  # an ndarray already; typed as a union
 
   def rank(self, features: Sequence[Sequence[float]]) -> list[int]:
     """Indices of the feature vectors, predicted fastest first (ties: in the given order)."""

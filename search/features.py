@@ -10,7 +10,7 @@ import math
 from linearizer.kernel import Kernel
 from linearizer.lower import Program, UOps, lower
 from linearizer.shapetracker import affine
-from linearizer.symbolic import smax
+from linearizer.symbolic import Var, smax
 
 WIDTHS = (1, 2, 4, 8, 16)   # vector-width buckets of loads and stores (16: 16 lanes or more)
 STRIDES = ("contiguous", "broadcast", "strided")
@@ -28,7 +28,7 @@ def features(k: Kernel) -> list[float]:
 
 def program_features(prog: Program) -> list[float]:
   f = [0.0] * len(NAMES)
-  loops: list[tuple[object, int]] = []     # (loop variable, extent) of the loops open at each uop
+  loops: list[tuple[Var, int]] = []     # (loop variable, extent) of the loops open at each uop
   weight, depth_max, total_alu, total_bytes, threads = 1, 0, 0.0, 0.0, 1
   inner_alu, inner_bytes = 0.0, 0.0        # work in the body of the deepest loop nest
   for u in prog.uops:
@@ -69,7 +69,7 @@ def program_features(prog: Program) -> list[float]:
   return f
 
 
-def _stride(u, loops: list[tuple[object, int]]) -> str:
+def _stride(u, loops: list[tuple[Var, int]]) -> str:
   """How a LOAD's index moves with the innermost open loop (a vector LOAD is contiguous along its lanes)."""
   if u.vec > 1: return "contiguous"
   if not loops: return "broadcast"

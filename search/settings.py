@@ -25,7 +25,7 @@ class OnBusy(StrEnum):
   STORE = "store"
 
 
-class StrategyKind(str, Enum):
+class StrategyKind(StrEnum):
   """Which strategy proposes: BEAM measures every child of the beam; MODEL (search/model_beam.py) measures only the
   children a cost model trained on the search's own measurements ranks fastest, measure_top a round."""
   BEAM = "beam"

@@ -1,5 +1,5 @@
-"""tune(): one kernel, one device -- the orchestration: a strategy (beam search, or beam search guided by a cost model) proposes, the builder compiles in the
-pool, the sandboxed runner measures, within the budget and until the caller's stop event.
+"""tune(): one kernel, one device -- the orchestration: a strategy (beam search, or beam search guided by a cost model)
+proposes, the builder compiles in the pool, the sandboxed runner measures, within the budget and until the caller's stop event.
 
 Candidates render and compile in the pool while the runner measures the ones ready; every timing runs with the pool
 paused when the device is the CPU (compiles would share its cores). The reference output is computed once, before

@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from linearizer.ast import KernelAST, KernelValidationError, load
 from tunesvc.api.auth import ANY, role
-from tunesvc.api.models import CancelRequest, DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, ResultOut, State, \
-  SubmitRequest, SubmitResponse, storable
+from tunesvc.api.models import CancelRequest, DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, \
+  ResultOut, State, SubmitRequest, SubmitResponse, storable
 from tunesvc.store import queue, reads
 
 router = APIRouter(prefix="/v1", tags=["kernels"])
@@ -15,7 +15,8 @@ KeyPath = Annotated[str, Path(pattern=HEX64, description="the kernel key")]
 
 def json_only(x, path: str = "$") -> None:
   """The CLI's rule (linearizer.ast.loads) for a document the API's JSON parser read: NaN and Infinity are not JSON."""
-  if isinstance(x, float) and not math.isfinite(x): raise KernelValidationError(path, f"{'NaN' if x != x else ('-' if x < 0 else '') + 'Infinity'} is not JSON")
+  if isinstance(x, float) and not math.isfinite(x):
+    raise KernelValidationError(path, f"{'NaN' if x != x else ('-' if x < 0 else '') + 'Infinity'} is not JSON")
   if isinstance(x, dict):
     for k, v in x.items(): json_only(v, k if path == "$" else f"{path}.{k}")
   elif isinstance(x, list):

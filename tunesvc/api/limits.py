@@ -25,7 +25,8 @@ class RateLimit:
   """A token bucket per client address: `rate` requests a second, bursts of `burst`; 0 rate: no limit. Bounded memory:
   full, it starts over (a burst of new addresses forgets the old ones)."""
   def __init__(self, rate: float, burst: float, max_clients: int = 1 << 16):
-    self.rate, self.burst, self.max_clients, self.buckets = rate, burst, max_clients, {}
+    self.rate, self.burst, self.max_clients = rate, burst, max_clients
+    self.buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, when)
 
   def retry_after(self, client: str, cost: float = 1.0) -> float:
     """0 if the request may go ahead (and it is charged), else the seconds until it may."""

@@ -101,7 +101,7 @@ def cancel(st: Store, job_id: int, reason: str) -> Job:
     if job.state in ("done", "failed"): raise Conflict(f"job {job_id} has ended: it is {job.state}")
     job.state, job.finished, job.error = "failed", time.time(), job.error + f"cancelled: {reason}\n"
     job.lease_owner = job.lease_expires = job.last_owner = None
-    if job.kind == "confirm": _refute(s, job.confirms, f"its confirm job {job.id} was cancelled", job.finished)
+    if job.kind == "confirm" and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} was cancelled", job.finished)
   return job
 
 
