@@ -19,9 +19,6 @@ class CostModel:
     self.seed = seed
     self.booster: Optional[lightgbm.Booster] = None  # once fitted
 
-  @property
-  def fitted(self) -> bool: return self.booster is not None
-
   def fit(self, features: Sequence[Sequence[float]], times: Sequence[float]) -> CostModel:
     """Fit on measured times (seconds, > 0); ValueError where fewer than MIN_FIT."""
     if len(times) < MIN_FIT: raise ValueError(f"{len(times)} measurements: a cost model needs {MIN_FIT} at least")
