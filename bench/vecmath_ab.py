@@ -95,13 +95,15 @@ def main() -> int:
       avg0, load = Path("/proc/loadavg").read_text().split()[:3], OtherLoad()
       ts = measure(fns, args.min_time, 5, 1000, args.turn)
       rows.append({"kernel": name, "opts_before": old["opts"], "opts_after": [o.to_json() for o in opts], "checks": checks,
-                   "ms": {w: med(t) * 1e3 for w, t in ts.items()}, "other_load": load.cores(), "loadavg": [avg0, Path("/proc/loadavg").read_text().split()[:3]]})
+                   "ms": {w: med(t) * 1e3 for w, t in ts.items()}, "other_load": load.cores(),
+                   "loadavg": [avg0, Path("/proc/loadavg").read_text().split()[:3]]})
   cols = ["before", "after"] + (["sleef"] if sleef else [])
   print("| kernel | " + " | ".join(f"{c} ms" for c in cols) + " | after vs before | checks | rest of machine (cores) | loadavg before -> after |")
   print("|---" * (len(cols) + 5) + "|")
   for r in rows:
+    avgs = " -> ".join(" ".join(a) for a in r["loadavg"])
     print(f"| {r['kernel']} | " + " | ".join(f"{r['ms'][c]:.3f}" for c in cols) + f" | {r['ms']['before'] / r['ms']['after']:.1f}x | "
-          + ", ".join(f"{w}: {c}" for w, c in r["checks"].items()) + f" | {r['other_load']:.2f} | {' '.join(r['loadavg'][0])} -> {' '.join(r['loadavg'][1])} |")
+          + ", ".join(f"{w}: {c}" for w, c in r["checks"].items()) + f" | {r['other_load']:.2f} | {avgs} |")
   for r in rows: print(f"\n{r['kernel']}: before opts {r['opts_before']}, after opts {r['opts_after']}")
   return 0 if all(c == "ok" for r in rows for c in r["checks"].values()) else 1
 
