@@ -1,4 +1,4 @@
-import itertools, math
+import itertools, json, math
 from pathlib import Path
 import numpy as np
 import pytest
@@ -13,12 +13,14 @@ from linearizer.lower import lower
 from search.actions import actions_for, children
 from search.cost_model import CostModel
 from search.beam import BeamStrategy
+from search.cache import ResultCache
 from search.features import AT, NAMES, features
 from search.model_beam import ModelBeamStrategy
 from search.result import Candidate, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
 from search.tune import tune
+from tunesvc.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples/kernels/maxpool_2x2.json"
 
@@ -105,3 +107,15 @@ def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_bea
   bufs[0][:] = 12345.0
   cpu.Program(cpu.compile(cpu.render(lower(win))), "kernel")(*bufs)
   assert compare(ast, bufs, want, vv) is None
+
+
+@pytest.mark.slow
+def test_the_cli_selects_the_model_strategy_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
+  assert main(["tune", str(EXAMPLE), "--json", "--no-cache", "--beam", "2", "--budget-candidates", "20", "--strategy", "model", "--measure-top", "3"]) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out["verified"] and out["candidates"] <= 20
+  stored = ResultCache().get(out["kernel_key"], cpu.fingerprint_hash(cpu.fingerprint()), out["action_space_version"])
+  assert stored.settings["strategy"] == "model" and stored.settings["measure_top"] == 3
+  assert all(sum(c.round == r for c in stored.candidates) <= 3 for r in range(1, 20))
+  with pytest.raises(SystemExit): main(["tune", str(EXAMPLE), "--strategy", "nope"])

@@ -200,6 +200,15 @@ class TuneProgress:
         print(f"  {what(n, best)}, {now - t0:.0f} s", file=sys.stderr, flush=True)
     yield log
 
+def _strategy_flags(args) -> dict:
+  """--strategy and --measure-top where given (else the settings' defaults)."""
+  return {k: v for k, v in (("strategy", args.strategy), ("measure_top", args.measure_top)) if v is not None}
+
+def _strategy_args(p) -> None:
+  p.add_argument("--strategy", choices=["beam", "model"], help="beam: measure every child of the beam (default); model: only those a cost model "
+                 "trained on the search's own measurements ranks fastest")
+  p.add_argument("--measure-top", type=int, help="with --strategy model: children measured a round")
+
 def cmd_tune(args) -> int:
   from rich.table import Table
   from linearizer import ACTION_SPACE_VERSION
@@ -209,7 +218,8 @@ def cmd_tune(args) -> int:
   from search.tune import DeviceBusy, SearchError, tune
   try: dev = registry.get(args.device)
   except ValueError as e: _fail(f"ERROR --device: {e}")
-  settings = SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, "seed": args.seed})
+  settings = SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, "seed": args.seed,
+                                       **_strategy_flags(args)})
   fp_hash = dev.fingerprint_hash(dev.fingerprint())
   cache = ResultCache()
   progress = TuneProgress()
@@ -273,7 +283,8 @@ def cmd_tune_remote(args) -> int:
   """Submit every kernel to the service, grouped by model, and follow the jobs: done / running / queued / failed, ETA."""
   import httpx
   from tunesvc.client import Client, ServiceError
-  settings = {"beam": args.beam, "budget_s": args.budget_s, **({"budget_candidates": args.budget_candidates} if args.budget_candidates else {})}
+  settings = {"beam": args.beam, "budget_s": args.budget_s, **({"budget_candidates": args.budget_candidates} if args.budget_candidates else {}),
+              **_strategy_flags(args)}
   groups: dict[Optional[str], list[tuple[dict, int]]] = {}
   for model, doc, runs in _model_files(args.files): groups.setdefault(model, []).append((doc, runs))
   jobs: dict[int, str] = {}  # job id -> state
@@ -442,7 +453,8 @@ def cmd_jobs(args) -> int:
 
 def cmd_submit(args) -> int:
   kernels = [k for path in args.files for k in _load_file(path)]
-  search = {k: v for k, v in {"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates}.items() if v is not None}
+  search = {k: v for k, v in {"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, **_strategy_flags(args)}.items()
+            if v is not None}
   with _service(args) as c: jobs = c.submit(kernels, args.device, search, args.priority)
   for k, j in zip(kernels, jobs):
     print(json.dumps(j) if args.json else f"job {j['job_id']} {j['state']} {k.name or '-'} {j['kernel_key']}")
@@ -507,6 +519,7 @@ def add_service_commands(sub) -> None:
   s.add_argument("--beam", type=int, help="beam width (the server's default: 2)")
   s.add_argument("--budget-s", type=float, help="search seconds per kernel (the server's default: 60)")
   s.add_argument("--budget-candidates", type=int, help="candidates measured per kernel, at most")
+  _strategy_args(s)
   s.add_argument("--priority", type=int, default=0, help="higher is claimed first (default 0)")
   s.add_argument("--json", action="store_true", help="one JSON object per job")
   s.set_defaults(fn=cmd_submit)
@@ -566,6 +579,7 @@ def parser() -> argparse.ArgumentParser:
   t.add_argument("--beam", type=int, default=4, help="beam width (default 4)")
   t.add_argument("--budget-s", type=float, default=120.0, help="search time per kernel, seconds (default 120)")
   t.add_argument("--budget-candidates", type=int, help="candidates measured per kernel, at most")
+  _strategy_args(t)
   t.add_argument("--seed", type=int, default=0, help="seed of the input data")
   t.add_argument("--json", action="store_true", help="one JSON object per kernel")
   t.add_argument("--no-cache", action="store_true", help="search even where a cached result exists (and replace it)")
