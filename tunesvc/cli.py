@@ -453,8 +453,8 @@ def cmd_jobs(args) -> int:
 
 def cmd_submit(args) -> int:
   kernels = [k for path in args.files for k in _load_file(path)]
-  search = {k: v for k, v in {"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, **_strategy_flags(args)}.items()
-            if v is not None}
+  given = {"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, **_strategy_flags(args)}
+  search = {k: v for k, v in given.items() if v is not None}
   with _service(args) as c: jobs = c.submit(kernels, args.device, search, args.priority)
   for k, j in zip(kernels, jobs):
     print(json.dumps(j) if args.json else f"job {j['job_id']} {j['state']} {k.name or '-'} {j['kernel_key']}")
