@@ -1,5 +1,6 @@
 import os, statistics, time
 from pathlib import Path
+from typing import Callable
 import pytest
 from devices import cpu
 from linearizer.builders import reduce
@@ -16,30 +17,43 @@ def burn(cpu_seconds: float) -> float:
   return cpu_seconds
 
 
+# the search ranks candidates by their fastest run, so that is what must not move: the quietest moment of each series
+# (robust to the rest of the machine); the control, that the load is real, looks at the typical run (a woken runner
+# often gets its first run or two before the burners take the cores back)
+def fastest(series: list[list[float]]) -> float: return min(min(t) for t in series)
+def typical(series: list[list[float]]) -> float: return statistics.median(statistics.median(t) for t in series)
+
+
+def series(times: Callable[[], list[float]]) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
+  """Five rounds of: timings idle, with two compile workers burning but stopped, then with them burning."""
+  idle, paused, busy = [], [], []
+  for _ in range(5):
+    idle.append(times())
+    with CompilePool(2) as pool:
+      for _ in range(2): pool.submit(burn, 0.0)
+      while pool.pending: list(pool.results())  # both workers are up
+      for _ in range(2): pool.submit(burn, 60.0)
+      time.sleep(0.05)
+      with pool.paused(): paused.append(times())
+      busy.append(times())
+  return idle, paused, busy
+
+
 @pytest.mark.timing
 def test_timings_with_the_pool_busy_and_paused_match_timings_with_it_idle(tmp_path: Path):
   # two threads summing 64 MiB: a few ms, and both need a core at once, so a stolen core shows in every run
   k = reduce("SUM", (4096, 4096), (1,))
   lib = cpu.compile(cpu.render(lower(Kernel(k, cpu.options()).apply_opts([Opt("THREAD", 0, 2), Opt("UNROLL", 0, 8)]))))
   write_case(tmp_path, k, {}, 0)
-  idle, paused, busy = [], [], []
   with Runner("devices.cpu") as runner:
     runner.setup(tmp_path, {})
     def times() -> list[float]: return runner.measure(lib, "kernel", check=False, timeout_s=30, min_time_s=0.05).times_s
-    for _ in range(5):
-      idle.append(times())
-      with CompilePool(2) as pool:
-        for _ in range(2): pool.submit(burn, 0.0)
-        while pool.pending: list(pool.results())  # both workers are up
-        for _ in range(2): pool.submit(burn, 60.0)
-        time.sleep(0.05)
-        with pool.paused(): paused.append(times())
-        busy.append(times())
-  # the search ranks candidates by their fastest run, so that is what must not move: the quietest moment of each series
-  # (robust to the rest of the machine); the control, that the load is real, looks at the typical run (a woken runner
-  # often gets its first run or two before the burners take the cores back)
-  fastest = lambda series: min(min(t) for t in series)
-  typical = lambda series: statistics.median(statistics.median(t) for t in series)
+    # the experiment counts only where the burners really took the cores (the control: busy runs are slower); once in
+    # a while the scheduler leaves them idle through a whole series (seen on CI right after the parallel tier), so an
+    # experiment without load is run again, at most three times, rather than read as a pass or a failure
+    for _ in range(3):
+      idle, paused, busy = series(times)
+      if typical(busy) > 1.25 * typical(idle): break
   print(f"fastest: idle {fastest(idle) * 1e3:.3f} ms, busy and paused {fastest(paused) * 1e3:.3f} ms; "
         f"typical: idle {typical(idle) * 1e3:.3f} ms, busy {typical(busy) * 1e3:.3f} ms")
   assert typical(busy) > 1.25 * typical(idle)
