@@ -9,17 +9,17 @@ subexpressions merge), constants fold by the reference semantics, and index and 
 symbolic expressions, simplified, until the renderer writes them.
 """
 from __future__ import annotations
-import collections, itertools, math
+import collections, contextlib, itertools, math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 import numpy as np
 from linearizer.ast import ConstArg, KernelAST, LazyOp
 from linearizer.dtypes import DType, bool_
 from linearizer.kernel import Kernel
 from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
-from linearizer.shapetracker import affine
+from linearizer.shapetracker import ShapeTracker, affine
 from linearizer.symbolic import Var, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
@@ -69,171 +69,203 @@ class Program:
     self.name, self.uops, self.buffers, self.vars, self.opts, self.groups, self.local = name, uops, buffers, vars, opts, groups, local
 
 
-def _identity(fn: str, dt: DType):
+Lane = tuple[int, ...]          # an output lane: its index on each output upcast axis
+Loop = tuple[sint, sint, int]   # a LOOP's arg: (its variable, its end, threads)
+SHARED = "temp"                 # the grouped reduce's local memory
+
+
+def _identity(fn: str, dt: DType) -> int | float:
   if fn == "SUM": return 0
   return -float("inf") if dt.is_float else dt.min
 
-def lower(k: Kernel, name: str = "kernel") -> Program:  # noqa: C901  (one 220-line function; follow-up: passes with explicit scopes, issue 16 item 3)
-  uops: list[UOp] = []
-  seen: dict[UOp, int] = {}
-  def emit(u: UOp, dedup: bool = True) -> int:
-    if dedup and u in seen: return seen[u]
-    uops.append(u)
-    if dedup: seen[u] = len(uops) - 1
-    return len(uops) - 1
-
-  full, n, fr, up = k.full_shape, k.shape_len, k.first_reduce, k.shape_len - k.upcasted
+def lower(k: Kernel, name: str = "kernel") -> Program:
+  """The kernel's linear IR: the declarations, the loops outside the reduce, the reduce (plain, grouped or on tensor
+  cores), the stores; then products fused into their accumulates. Each loop nest and IF is a scope (_Lowering.scope)."""
+  lo = _Lowering(k)
   bufs = [(b.buf, b.dtype) for b in k.ast.buffers]
-  for b, dt in bufs: emit(UOp(UOps.DEFINE_GLOBAL, dt, (), b))
-  for v in k.ast.vars: emit(UOp(UOps.DEFINE_VAR, None, (), v))
-  loop_vars: dict[int, sint] = {i: 0 if full[i] == 1 else Var(f"{'_r' if k.is_reduce_axis(i) else '_g'}{i}", 0, smax(full[i]) - 1) for i in range(up)}
-  gpu, gfr = k.options.has_local, k.group_for_reduces
-  gdims, ldims, outer_axes = [], [], range(fr)
-  if gpu:
-    gidx, gdims, outer_axes = _launch("_gidx", range(k.thread_dims, fr - k.local_dims), full, k.options.global_max)
-    lidx, ldims, _ = _launch("_lidx", range(fr - k.local_dims, fr + gfr), full, k.options.local_max)  # int sizes: always fit
-    loop_vars.update(gidx)
-    loop_vars.update(lidx)
-  upcast_axes = list(range(up, n))
-  out_up = [i for i in upcast_axes if not k.is_reduce_axis(i)]
-  lanes = list(itertools.product(*(range(full[i]) for i in upcast_axes)))
-  st_of = dict(zip(k.leaves, k.sts))
+  for b, dt in bufs: lo.emit(UOp(UOps.DEFINE_GLOBAL, dt, (), b))
+  for v in k.ast.vars: lo.emit(UOp(UOps.DEFINE_VAR, None, (), v))
+  for kind, dims in (("group", lo.gdims), ("local", lo.ldims)):
+    for d, (v, _) in enumerate(dims): lo.emit(UOp(UOps.SPECIAL, None, (), (v, kind, d)))
+  if lo.gfr:
+    assert k.reduceop is not None  # GROUP is for a reduce axis
+    size = math.prod(s for _, s in lo.ldims) * math.prod(lo.full[i] for i in lo.out_up) * lo.W
+    lo.emit(UOp(UOps.DEFINE_LOCAL, k.reduceop.dtype.acc, (), (SHARED, size)))
+  threads = lo.full[0] if k.thread_dims else 0
+  with lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0) for i in lo.outer]): lo.body()
+  launch = tuple(s for _, s in lo.gdims), tuple(s for _, s in lo.ldims)
+  return Program(name, _fuse_mulacc(lo.uops, lo.sums), bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
 
-  def const(val, dt: DType) -> int:
+
+class _Lowering:
+  """One kernel's lowering: its layout as the passes read it (each loop axis's index, the upcast axes unrolled into
+  lanes, the vector axis carried as `W` lanes of one value), the uops so far, and the common subexpressions of the
+  scope being emitted into, which every uop goes through (emit)."""
+  def __init__(self, k: Kernel):
+    self.k, self.red = k, k.reduceop
+    self.uops: list[UOp] = []
+    self.seen: dict[UOp, int] = {}
+    self.sums: set[int] = set()  # the ALU ops combining a reduce's lanes (_fuse_mulacc may fuse only these)
+    full = self.full = k.full_shape
+    self.n, self.fr, self.up, self.gfr = k.shape_len, k.first_reduce, k.shape_len - k.upcasted, k.group_for_reduces
+    self.loop_vars: dict[int, sint] = {i: 0 if full[i] == 1 else Var(f"{'_r' if k.is_reduce_axis(i) else '_g'}{i}", 0, smax(full[i]) - 1)
+                                       for i in range(self.up)}
+    self.gdims: list[tuple[Var, sint]] = []
+    self.ldims: list[tuple[Var, sint]] = []
+    outer: Sequence[int] = range(self.fr)
+    if k.options.has_local:
+      gidx, self.gdims, outer = _launch("_gidx", range(k.thread_dims, self.fr - k.local_dims), full, k.options.global_max)
+      lidx, self.ldims, _ = _launch("_lidx", range(self.fr - k.local_dims, self.fr + self.gfr), full, k.options.local_max)  # int sizes: always fit
+      self.loop_vars.update(gidx)
+      self.loop_vars.update(lidx)
+    self.outer = [i for i in outer if full[i] != 1]  # a size-1 axis (what a whole-axis split leaves) reads index 0
+    out_up = [i for i in range(self.up, self.n) if not k.is_reduce_axis(i)]
+    self.vaxis = None if k.tensor_core else _vector_axis(k, out_up, self.loop_vars)
+    self.W = int(full[self.vaxis]) if self.vaxis is not None else 1
+    self.lane_var = Var("_lane", 0, self.W - 1)
+    self.upcast_axes = [i for i in range(self.up, self.n) if i != self.vaxis]
+    self.out_up = [i for i in out_up if i != self.vaxis]
+    self.st_of = dict(zip(k.leaves, k.sts))
+
+  # ---- emitting
+  def emit(self, u: UOp, dedup: bool = True) -> int:
+    if dedup and u in self.seen: return self.seen[u]
+    self.uops.append(u)
+    if dedup: self.seen[u] = len(self.uops) - 1
+    return len(self.uops) - 1
+
+  @contextlib.contextmanager
+  def scope(self, loops: Sequence[Loop] = (), cond: Optional[sint] = None) -> Iterator[None]:
+    """A block: an IF on `cond` and/or LOOPs. What is made inside stays inside: after the block no new uop merges with
+    one of its uops (the common subexpressions are those from before it again)."""
+    outside = dict(self.seen)
+    if cond is not None: self.emit(UOp(UOps.IF, None, (), cond), dedup=False)
+    for loop in loops: self.emit(UOp(UOps.LOOP, None, (), loop), dedup=False)
+    yield
+    for _ in loops: self.emit(UOp(UOps.ENDLOOP, None), dedup=False)
+    if cond is not None: self.emit(UOp(UOps.ENDIF, None), dedup=False)
+    self.seen = outside
+
+  def loops(self, axes: range) -> list[Loop]:
+    return [(self.loop_vars[i], self.full[i], 0) for i in axes if self.full[i] != 1]
+
+  def lanes(self, axes: Sequence[int]) -> Iterator[dict[int, int]]:
+    """Each combination of the (upcast) axes' indices."""
+    for ix in itertools.product(*(range(int(self.full[i])) for i in axes)): yield dict(zip(axes, ix))
+
+  def const(self, val: Any, dt: DType) -> int:
     v = _scalar(val, dt)  # -0.0 == 0.0 as a key: a negative zero is never merged with the other
-    return emit(UOp(UOps.CONST, dt, (), v), dedup=not (dt.is_float and v == 0 and math.copysign(1.0, v) < 0))
-  lane_var = Var("_lane", 0, 0)
-  vaxis = None if k.tensor_core else _vector_axis(k, out_up, loop_vars)
-  W = full[vaxis] if vaxis is not None else 1
-  if vaxis is not None:
-    out_up = [i for i in out_up if i != vaxis]
-    upcast_axes = [i for i in upcast_axes if i != vaxis]
-    lanes = list(itertools.product(*(range(full[i]) for i in upcast_axes)))
-    lane_var = Var("_lane", 0, W - 1)
+    return self.emit(UOp(UOps.CONST, dt, (), v), dedup=not (dt.is_float and v == 0 and math.copysign(1.0, v) < 0))
 
-  def index(st, lane: dict[int, int]) -> tuple[sint, sint]:
+  # ---- values
+  def index(self, st: ShapeTracker, lane: dict[int, int]) -> tuple[sint, sint]:
     # axes where this tracker has size 1 read index 0 (the STORE at reduce axes, leaves above the reduce);
     # the vector axis reads the symbolic lane. Index and validity only matter where the validity holds: simplified
     # under it, a padded view's index often loses its decode (// and %) and becomes affine in the loop variables
-    idxs = [0 if st.shape[i] == 1 else lane[i] if i in lane else lane_var if i == vaxis else loop_vars[i] for i in range(n)]
+    idxs = [0 if st.shape[i] == 1 else lane[i] if i in lane else self.lane_var if i == self.vaxis else self.loop_vars[i] for i in range(self.n)]
     idx, valid = st.expr_idxs(idxs)
     valid = simplify_valid(valid)
     return simplify_where(idx, valid), valid
 
-  def lane0(x: sint) -> sint: return substitute(x, {"_lane": 0})
-
-  def vector_load(node: LazyOp, lane: dict[int, int]) -> int:
+  def vector_load(self, node: LazyOp, lane: dict[int, int]) -> int:
     """Contiguous along the vector axis: one vector load; stride 0: a broadcast; else one load per lane."""
-    idx, valid = index(st_of[node.arg], lane)
-    aff = affine(idx, [lane_var])
-    if lane_var not in variables(valid) and aff is not None and aff[0][0] in (0, 1):
-      if aff[0][0] == 1: return emit(UOp(UOps.LOAD, node.dtype, (), (node.arg.buf, lane0(idx), valid), W))
-      return emit(UOp(UOps.VBROADCAST, node.dtype, (scalar_load(node.arg.buf, node.dtype, lane0(idx), valid),), None, W))
-    lanes = tuple(scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j})) for j in range(W))
-    return emit(UOp(UOps.VBUILD, node.dtype, lanes, None, W))
+    idx, valid = self.index(self.st_of[node.arg], lane)
+    aff = affine(idx, [self.lane_var])
+    if self.lane_var not in variables(valid) and aff is not None and aff[0][0] in (0, 1):
+      if aff[0][0] == 1: return self.emit(UOp(UOps.LOAD, node.dtype, (), (node.arg.buf, _lane0(idx), valid), self.W))
+      return self.emit(UOp(UOps.VBROADCAST, node.dtype, (self.scalar_load(node.arg.buf, node.dtype, _lane0(idx), valid),), None, self.W))
+    lanes = tuple(self.scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j})) for j in range(self.W))
+    return self.emit(UOp(UOps.VBUILD, node.dtype, lanes, None, self.W))
 
-  def scalar_load(buf: int, dt: DType, idx: sint, valid: sint) -> int:
-    return const(0, dt) if valid == 0 else emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
+  def scalar_load(self, buf: int, dt: DType, idx: sint, valid: sint) -> int:
+    return self.const(0, dt) if valid == 0 else self.emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
 
-  def value(node: LazyOp, lane: dict[int, int], memo: dict) -> int:
+  def value(self, node: LazyOp, lane: dict[int, int], memo: dict[tuple[LazyOp, Lane], int]) -> int:
+    """The uop of `node` at this lane (each upcast axis's index); `memo`: the pass's values so far."""
     key = (node, tuple(sorted(lane.items())))
     if key in memo: return memo[key]
-    if node.op == "LOAD" and W > 1: r = vector_load(node, lane)
+    W = self.W
+    if node.op == "LOAD" and W > 1: r = self.vector_load(node, lane)
     elif node.op == "LOAD":
-      idx, valid = index(st_of[node.arg], lane)
-      r = scalar_load(node.arg.buf, node.dtype, idx, valid)
+      idx, valid = self.index(self.st_of[node.arg], lane)
+      r = self.scalar_load(node.arg.buf, node.dtype, idx, valid)
     elif node.op == "CONST":
-      _, valid = index(st_of[node.arg], lane)  # lane-independent where vectorised (_vector_axis checks)
-      c, zero = const(node.arg.val, node.dtype), const(0, node.dtype)  # one uop when the constant is 0 (not -0.0)
+      _, valid = self.index(self.st_of[node.arg], lane)  # lane-independent where vectorised (_vector_axis checks)
+      c, zero = self.const(node.arg.val, node.dtype), self.const(0, node.dtype)  # one uop when the constant is 0 (not -0.0)
       r = (c if valid == 1 else zero) if isinstance(valid, int) or c == zero else \
-        emit(UOp(UOps.ALU, node.dtype, (emit(UOp(UOps.VALID, bool_, (), valid)), c, zero), "WHERE"))
-      if W > 1: r = emit(UOp(UOps.VBROADCAST, node.dtype, (r,), None, W))
+        self.emit(UOp(UOps.ALU, node.dtype, (self.emit(UOp(UOps.VALID, bool_, (), valid)), c, zero), "WHERE"))
+      if W > 1: r = self.emit(UOp(UOps.VBROADCAST, node.dtype, (r,), None, W))
     else:
-      src = tuple(value(s, lane, memo) for s in node.src)
-      r = _fold(node, src, uops) if W == 1 and all(uops[s].op is UOps.CONST for s in src) else None
-      r = const(r, node.dtype) if r is not None else \
-        emit(UOp(UOps.CAST, node.dtype, src, node.arg.bitcast, W) if node.op == "CAST" else UOp(UOps.ALU, node.dtype, src, node.op, W))
+      src = tuple(self.value(s, lane, memo) for s in node.src)
+      folded = _fold(node, src, self.uops) if W == 1 and all(self.uops[s].op is UOps.CONST for s in src) else None
+      r = self.const(folded, node.dtype) if folded is not None else \
+        self.emit(UOp(UOps.CAST, node.dtype, src, node.arg.bitcast, W) if node.op == "CAST" else UOp(UOps.ALU, node.dtype, src, node.op, W))
     memo[key] = r
     return r
 
-  def loop(axes: range, threads: int = 0) -> list[int]:
-    axes = [i for i in axes if full[i] != 1]  # a size-1 axis (what a whole-axis split leaves) reads index 0
-    for i in axes: emit(UOp(UOps.LOOP, None, (), (loop_vars[i], full[i], threads if i == 0 else 0)), dedup=False)
-    return axes
+  # ---- the passes inside the outer loops
+  def body(self) -> None:
+    """The reduce, if any, and the stores. A grouped reduce's work-items share their partial accumulators, and only the
+    group's first work-item (its grouped indices all 0) folds them and stores."""
+    if self.red is None: return self.store({})
+    if self.k.tensor_core: return self.store(self.tensor_core_reduce(self.red))  # accumulated in the SUM's dtype
+    accs = self.reduce(self.red)
+    if not self.gfr: return self.store(self.narrowed(self.red, accs))
+    for j, a in enumerate(accs.values()):
+      self.emit(UOp(UOps.STORE, None, (a,), (SHARED, self.slot(self.loop_vars, j, len(accs)), 1), self.W), dedup=False)
+    self.emit(UOp(UOps.BARRIER, None), dedup=False)
+    with self.scope(cond=lt(sum(self.loop_vars[i] for i in range(self.fr, self.fr + self.gfr)), 1)):
+      self.store(self.narrowed(self.red, self.group_reduce(self.red, accs)))
+    if self.outer: self.emit(UOp(UOps.BARRIER, None), dedup=False)  # local memory is written again in the next iteration
 
-  sums: set[int] = set()  # the ALU ops combining a reduce's lanes
-  red = k.reduceop
-  if gpu:
-    for kind, dims in (("group", gdims), ("local", ldims)):
-      for d, (v, _) in enumerate(dims): emit(UOp(UOps.SPECIAL, None, (), (v, kind, d)))
-    if gfr: temp = emit(UOp(UOps.DEFINE_LOCAL, red.dtype.acc, (), ("temp", math.prod(s for _, s in ldims) * math.prod(full[i] for i in out_up) * W)))
-  outer = loop(outer_axes, threads=full[0] if k.thread_dims else 0)
+  def define_accs(self, red: LazyOp, out_lanes: Iterable[Lane]) -> dict[Lane, int]:
+    return {ol: self.emit(UOp(UOps.DEFINE_ACC, red.dtype.acc, (), _identity(red.arg.fn, red.dtype), self.W), dedup=False) for ol in out_lanes}
 
-  def define_accs(out_lanes) -> dict[tuple, int]:
-    return {ol: emit(UOp(UOps.DEFINE_ACC, red.dtype.acc, (), _identity(red.arg.fn, red.dtype), W), dedup=False) for ol in out_lanes}
+  def narrowed(self, red: LazyOp, accs: dict[Lane, int]) -> dict[Lane, int]:
+    """The accumulators in the reduce's own dtype."""
+    if red.dtype.acc == red.dtype: return accs
+    return {ol: self.emit(UOp(UOps.CAST, red.dtype, (a,), False, self.W)) for ol, a in accs.items()}
 
-  def folder(accs: dict[tuple, int], chain: bool = False):
-    """(add, done): add(output lane, value) for each value of an output lane, done() gives the accumulators after the
-    last. Products that fuse into enough independent accumulators go straight in (`chain`), one FMA each (a longer
-    serial sum per accumulator than the tree's, well inside the SUM's range), after all of the iteration's values;
-    otherwise the values combine as a balanced tree first (independent ops, not one serial chain through the
-    accumulator), two partial sums of a level as soon as both exist, so a few are live at once, not every lane's value.
-    Both orders are gcc 12's compile time (CPU s, -O3 -march=native): a tree of 256 lanes (sops_8452, every value
-    computed first) was vectorised with its lanes spilled, 20.7 s, and takes 1.7 s combined as it goes; 240 chained
-    lanes of gated loads (sops_7806) take 4.8 s values first and 19.7 s with each FMA right after its loads."""
-    op, dt = "ADD" if red.arg.fn == "SUM" else "MAX", red.dtype.acc
-    def combine(a: int, b: int) -> int:  # never merged with an element-wise op: only these may fuse
-      sums.add(i := emit(UOp(UOps.ALU, dt, (a, b), op, W), dedup=False))
-      return i
-    pending: dict[tuple, list] = {ol: [] for ol in accs}  # chained: its values; else (tree level, partial sum), levels decreasing
-    def add(ol: tuple, v: int) -> None:
-      level, stack = 0, pending[ol]
-      while not chain and stack and stack[-1][0] == level: v, level = combine(stack.pop()[1], v), level + 1
-      stack.append(v if chain else (level, v))
-    def done() -> dict[tuple, int]:
-      new = dict(accs)
-      for ol, stack in pending.items():
-        if chain: vs = stack
-        elif stack:
-          v = stack.pop()[1]
-          while stack: v = combine(stack.pop()[1], v)
-          vs = [v]
-        else: vs = []
-        for v in vs: new[ol] = emit(UOp(UOps.ACC, dt, (new[ol], v), op, W), dedup=False)
-      return new
-    return add, done
+  def reduce(self, red: LazyOp) -> dict[Lane, int]:
+    """Each output lane's accumulator after the reduce loops, every upcast lane's value folded in each iteration."""
+    accs = self.define_accs(red, [tuple(l.values()) for l in self.lanes(self.out_up)])
+    chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
+    fold, memo = _Folder(self, red, accs, chain), {}
+    with self.scope(self.loops(range(self.fr + self.gfr, self.up))):  # the reduce loop's values are out of scope after it
+      for l in self.lanes(self.upcast_axes):
+        v = self.value(red.src[0], l, memo)
+        if red.dtype.acc != red.dtype: v = self.emit(UOp(UOps.CAST, red.dtype.acc, (v,), False, self.W))
+        fold.add(tuple(l[i] for i in self.out_up), v)
+      return fold.done()
 
-  def group_reduce(accs: dict[tuple, int]) -> dict[tuple, int]:
-    """Every work-item's partial accumulators into local memory; after a barrier the work-item whose grouped indices are
-    all 0 reduces its local position's partials, looping over the grouped axes and unrolling the UPCASTMID ones."""
-    def slot(ix: dict[int, sint], j: int) -> sint:  # layout: [local and grouped axes..., output lane, vector lane]
-      pos: sint = 0
-      for i in range(fr - k.local_dims, fr + gfr): pos = pos * full[i] + ix[i]
-      return (pos * len(accs) + j) * W
-    for j, a in enumerate(accs.values()): emit(UOp(UOps.STORE, None, (a,), (uops[temp].arg[0], slot(loop_vars, j), 1), W), dedup=False)
-    emit(UOp(UOps.BARRIER, None), dedup=False)
-    emit(UOp(UOps.IF, None, (), lt(sum(loop_vars[i] for i in range(fr, fr + gfr)), 1)), dedup=False)
-    grouped = [i for i in range(fr, fr + gfr) if full[i] != 1]
-    mid = [i for i in grouped if i in k.upcast_in_mid_reduce]
-    tvars = {i: Var(f"_t{i}", 0, full[i] - 1) for i in grouped if i not in mid}
-    add, done = folder(define_accs(accs))
-    for i, v in tvars.items(): emit(UOp(UOps.LOOP, None, (), (v, full[i], 0)), dedup=False)
-    for m in itertools.product(*(range(full[i]) for i in mid)):
-      ix = {**loop_vars, **tvars, **dict(zip(mid, m))}
-      for j, ol in enumerate(accs): add(ol, emit(UOp(UOps.LOAD, red.dtype.acc, (), (uops[temp].arg[0], slot(ix, j), 1), W)))
-    new = done()
-    for _ in tvars: emit(UOp(UOps.ENDLOOP, None), dedup=False)
-    seen.clear()
-    return new
+  def slot(self, ix: dict[int, sint], j: int, n_accs: int) -> sint:
+    """Accumulator j's place in local memory, laid out [local and grouped axes..., output lane, vector lane]."""
+    pos: sint = 0
+    for i in range(self.fr - self.k.local_dims, self.fr + self.gfr): pos = pos * self.full[i] + ix[i]
+    return (pos * n_accs + j) * self.W
 
-  def tensor_core_reduce() -> dict[tuple, int]:
+  def group_reduce(self, red: LazyOp, accs: dict[Lane, int]) -> dict[Lane, int]:
+    """The group's partial accumulators (every work-item's, in local memory) at this work-item's local position folded,
+    looping over the grouped axes and unrolling the UPCASTMID ones."""
+    grouped = [i for i in range(self.fr, self.fr + self.gfr) if self.full[i] != 1]
+    mid = [i for i in grouped if i in self.k.upcast_in_mid_reduce]
+    tvars = {i: Var(f"_t{i}", 0, int(self.full[i]) - 1) for i in grouped if i not in mid}
+    fold = _Folder(self, red, self.define_accs(red, accs))
+    with self.scope([(v, self.full[i], 0) for i, v in tvars.items()]):
+      for m in self.lanes(mid):
+        ix = {**self.loop_vars, **tvars, **m}
+        for j, ol in enumerate(accs): fold.add(ol, self.emit(UOp(UOps.LOAD, red.dtype.acc, (), (SHARED, self.slot(ix, j, len(accs)), 1), self.W)))
+      return fold.done()
+
+  def tensor_core_reduce(self, red: LazyOp) -> dict[Lane, int]:
     """One WMMA per tile (each combination of the other output upcasts) and unrolled reduce step: each lane's A and B
     fragments loaded where the fragment maps put its elements (the M, N and K axes read from the lane's id bits and the
     element's index through A's or B's map instead of C's, which the axes follow), the C fragment a vector accumulator
     whose elements are the output lanes C's map gives."""
-    tc, a_ld, b_ld = k.tensor_core
-    ax = k.tc_axes()
-    lane_bits = {b: loop_vars[ax[f"l{b}"][0]] // (1 << ax[f"l{b}"][1]) % 2 for b in range(tc.lane_bits)}
+    assert self.k.tensor_core is not None
+    tc, a_ld, b_ld = self.k.tensor_core
+    ax = self.k.tc_axes()
+    lane_bits = {b: self.loop_vars[ax[f"l{b}"][0]] // (1 << ax[f"l{b}"][1]) % 2 for b in range(tc.lane_bits)}
     def bit(s: str, i: int) -> sint: return lane_bits[int(s[1:])] if s[0] == "l" else i >> int(s[1:]) & 1
     def frag(op: str, i: int) -> dict[int, sint]:  # the axes' values that address element i of A (op "a") or B ("b")
       # A's M bits (its rows) or B's N bits (its columns), on the axes C's map gives them; then K: A's column, B's row.
@@ -243,57 +275,70 @@ def lower(k: Kernel, name: str = "kernel") -> Program:  # noqa: C901  (one 220-l
       for c, s in zip(c_bits.split(), own.split()): vals[ax[c][0]] = vals.get(ax[c][0], 0) + bit(s, i) * (1 << ax[c][1])
       return vals | {ax["k"][0]: tc.coord(op, kdim, lane_bits, i)}
     nc, tc_up = tc.elements("c"), {axis for l, (axis, _) in ax.items() if l[0] in "ke"}
-    tiles, steps = [i for i in out_up if i not in tc_up], [i for i in upcast_axes if i not in tc_up]
-    accs = {t: emit(UOp(UOps.DEFINE_ACC, red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False)
-            for t in itertools.product(*(range(full[i]) for i in tiles))}
-    inner, memo = loop(range(fr, up)), {}
-    for step in itertools.product(*(range(full[i]) for i in steps)):
-      l = dict(zip(steps, step))
-      a = [value(a_ld, l | frag("a", i), memo) for i in range(tc.elements("a"))]
-      b = [value(b_ld, l | frag("b", i), memo) for i in range(tc.elements("b"))]
-      t = tuple(l[i] for i in tiles)
-      accs[t] = emit(UOp(UOps.WMMA, red.dtype.acc, (accs[t], *a, *b), tc, nc), dedup=False)
-    for _ in inner: emit(UOp(UOps.ENDLOOP, None), dedup=False)
-    seen.clear()
+    tiles, steps = [i for i in self.out_up if i not in tc_up], [i for i in self.upcast_axes if i not in tc_up]
+    accs = {tuple(t.values()): self.emit(UOp(UOps.DEFINE_ACC, red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False)
+            for t in self.lanes(tiles)}
+    memo: dict[tuple[LazyOp, Lane], int] = {}
+    with self.scope(self.loops(range(self.fr, self.up))):
+      for l in self.lanes(steps):
+        a = [self.value(a_ld, l | frag("a", i), memo) for i in range(tc.elements("a"))]
+        b = [self.value(b_ld, l | frag("b", i), memo) for i in range(tc.elements("b"))]
+        t = tuple(l[i] for i in tiles)
+        accs[t] = self.emit(UOp(UOps.WMMA, red.dtype.acc, (accs[t], *a, *b), tc, nc), dedup=False)
     out = {}
-    for ol in itertools.product(*(range(full[i]) for i in out_up)):
-      l = dict(zip(out_up, ol))
+    for l in self.lanes(self.out_up):
       j = sum((l[ax[f"e{b}"][0]] >> ax[f"e{b}"][1] & 1) << b for b in range(nc.bit_length() - 1))  # the element C's map puts here
-      out[ol] = emit(UOp(UOps.GEP, red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), j))
+      out[tuple(l.values())] = self.emit(UOp(UOps.GEP, red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), j))
     return out
 
-  reduced: dict[tuple, int] = {}
-  if red is not None and k.tensor_core: reduced = tensor_core_reduce()  # the tensor core's accumulation is the SUM's dtype
-  elif red is not None:
-    accs = define_accs(list(itertools.product(*(range(full[i]) for i in out_up))))
-    chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
-    add, done = folder(accs, chain)
-    inner = loop(range(fr + gfr, up))
-    memo: dict = {}
-    for lane in lanes:
-      l = dict(zip(upcast_axes, lane))
-      v = value(red.src[0], l, memo)
-      if red.dtype.acc != red.dtype: v = emit(UOp(UOps.CAST, red.dtype.acc, (v,), False, W))
-      add(tuple(l[i] for i in out_up), v)
-    accs = done()
-    for _ in inner: emit(UOp(UOps.ENDLOOP, None), dedup=False)
-    seen.clear()  # values from inside the reduce loop are out of scope now
-    if gfr: accs = group_reduce(accs)
-    for ol, a in accs.items():
-      reduced[ol] = a if red.dtype.acc == red.dtype else emit(UOp(UOps.CAST, red.dtype, (a,), False, W))
-  memo = {}
-  for lane in itertools.product(*(range(full[i]) for i in out_up)):
-    l = dict(zip(out_up, lane))
-    if red is not None: memo[(red, tuple(sorted(l.items())))] = reduced[lane]
-    v = value(k.ast.ast.src[0], l, memo)
-    idx, valid = index(st_of[k.ast.ast.arg], l)
-    if valid != 0: emit(UOp(UOps.STORE, None, (v,), (0, lane0(idx), valid), W), dedup=False)
-  if gfr:
-    emit(UOp(UOps.ENDIF, None), dedup=False)
-    if outer: emit(UOp(UOps.BARRIER, None), dedup=False)  # local memory is written again in the next iteration
-  for _ in outer: emit(UOp(UOps.ENDLOOP, None), dedup=False)
-  launch = tuple(s for _, s in gdims), tuple(s for _, s in ldims)
-  return Program(name, _fuse_mulacc(uops, sums), bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
+  def store(self, reduced: dict[Lane, int]) -> None:
+    """The output at each output lane, the reduce's value there taken from `reduced`."""
+    memo: dict[tuple[LazyOp, Lane], int] = {}
+    out = self.k.ast.ast
+    for l in self.lanes(self.out_up):
+      if self.red is not None: memo[(self.red, tuple(sorted(l.items())))] = reduced[tuple(l.values())]
+      v = self.value(out.src[0], l, memo)
+      idx, valid = self.index(self.st_of[out.arg], l)
+      if valid != 0: self.emit(UOp(UOps.STORE, None, (v,), (0, _lane0(idx), valid), self.W), dedup=False)
+
+
+class _Folder:
+  """Folds each output lane's values into its accumulator: add(output lane, value) for each value, then done() gives the
+  accumulators after the last. Products that fuse into enough independent accumulators go straight in (`chain`), one
+  FMA each (a longer serial sum per accumulator than the tree's, well inside the SUM's range), after all of the
+  iteration's values; otherwise the values combine as a balanced tree first (independent ops, not one serial chain
+  through the accumulator), two partial sums of a level as soon as both exist, so a few are live at once, not every
+  lane's value. Both orders are gcc 12's compile time (CPU s, -O3 -march=native): a tree of 256 lanes (sops_8452, every
+  value computed first) was vectorised with its lanes spilled, 20.7 s, and takes 1.7 s combined as it goes; 240 chained
+  lanes of gated loads (sops_7806) take 4.8 s values first and 19.7 s with each FMA right after its loads."""
+  def __init__(self, lo: _Lowering, red: LazyOp, accs: dict[Lane, int], chain: bool = False):
+    self.lo, self.accs, self.chain = lo, accs, chain
+    self.op, self.dt = "ADD" if red.arg.fn == "SUM" else "MAX", red.dtype.acc
+    self.pending: dict[Lane, list[tuple[int, int]]] = {ol: [] for ol in accs}  # (tree level, partial sum), levels decreasing
+
+  def combine(self, a: int, b: int) -> int:  # never merged with an element-wise op: only these may fuse
+    self.lo.sums.add(i := self.lo.emit(UOp(UOps.ALU, self.dt, (a, b), self.op, self.lo.W), dedup=False))
+    return i
+
+  def add(self, ol: Lane, v: int) -> None:
+    level, stack = 0, self.pending[ol]
+    while not self.chain and stack and stack[-1][0] == level: v, level = self.combine(stack.pop()[1], v), level + 1
+    stack.append((level, v))
+
+  def done(self) -> dict[Lane, int]:
+    new = dict(self.accs)
+    for ol, stack in self.pending.items():
+      if self.chain: vs = [v for _, v in stack]
+      elif stack:
+        v = stack.pop()[1]
+        while stack: v = self.combine(stack.pop()[1], v)
+        vs = [v]
+      else: vs = []
+      for v in vs: new[ol] = self.lo.emit(UOp(UOps.ACC, self.dt, (new[ol], v), self.op, self.lo.W), dedup=False)
+    return new
+
+
+def _lane0(x: sint) -> sint: return substitute(x, {"_lane": 0})
 
 
 def _launch(prefix: str, axes, full, maxes: Optional[tuple[int, ...]] = None,
