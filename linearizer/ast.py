@@ -12,7 +12,7 @@ from typing import Any, Mapping, NoReturn, Optional, Sequence, Union
 import numpy as np
 from linearizer.dtypes import DTYPES, DType, bool_
 from linearizer import symbolic
-from linearizer.symbolic import Node, Var, sint, smin, smax, render, substitute
+from linearizer.symbolic import Node, Var, sint, smin, smax, render, substitute, concrete
 from linearizer.shapetracker import ShapeTracker, View, prod
 
 FORMAT = "tunesvc.kernel/1"
@@ -176,7 +176,7 @@ class KernelAST:
     return KernelAST(move(self.ast), self.vars, self.name)
 
   def shape_at(self, shape: Sequence[sint], var_vals: Mapping[str, int]) -> tuple[int, ...]:
-    return tuple(int(substitute(s, var_vals)) for s in shape)
+    return tuple(concrete(substitute(s, var_vals)) for s in shape)
 
   def flops(self, var_vals: Optional[Mapping[str, int]] = None) -> int:
     """One per ALU op and per reduced element, at each position the op is evaluated."""
@@ -436,9 +436,9 @@ class _Loader:
     st = ShapeTracker(tuple(views))
     bounds = st.position_bounds()
     for i in range(1, len(views)):  # each view's positions must land inside the view below it
-      below = prod(views[i - 1].shape)
-      if bounds[i] is not None and (bounds[i][0] < 0 or bounds[i][1] >= below):
-        self.fail(f"{path}.views[{i}]", f"reaches positions [{bounds[i][0]}, {bounds[i][1]}] outside the {below} elements of view {i - 1}")
+      below, b = concrete(prod(views[i - 1].shape)), bounds[i]  # only the last view may have symbolic dims (checked above)
+      if b is not None and (b[0] < 0 or b[1] >= below):
+        self.fail(f"{path}.views[{i}]", f"reaches positions [{b[0]}, {b[1]}] outside the {below} elements of view {i - 1}")
     if buf is not None and bounds[0] is not None:
       lo, hi = bounds[0]
       if lo < 0: self.fail(f"{path}.views[0]", f"may reach index {lo} of buffer {buf}: indices must be >= 0")

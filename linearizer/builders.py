@@ -12,7 +12,7 @@ from linearizer import symbolic
 from linearizer.ast import LazyOp, MemArg, ConstArg, CastArg, ReduceArg, KernelAST, load
 from linearizer.dtypes import DType, bool_, float32
 from linearizer.shapetracker import ShapeTracker
-from linearizer.symbolic import Var, sint
+from linearizer.symbolic import Var, concrete, sint
 
 Shape = Sequence[sint]
 LOG2E = math.log2(math.e)
@@ -120,7 +120,7 @@ def matmul(m: int = 64, n: int = 64, k: int = 64, batch: Sequence[int] = (), tra
 def pool(view: ShapeTracker, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) -> ShapeTracker:
   """Sliding windows over the last len(k_) dims, (..., *i) -> (..., *o, *k), o = (i-d*(k-1)-1)//s+1,
   with window o reading i = o*s + k*d (tinygrad's _pool)."""
-  pre, i_ = tuple(view.shape[:-len(k_)]), view.shape[-len(k_):]
+  pre, i_ = tuple(view.shape[:-len(k_)]), [concrete(i) for i in view.shape[-len(k_):]]
   keep, npre = [(0, p) for p in pre], len(pre)
   o_ = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(i_, k_, s_, d_)]
   assert all(o >= 1 for o in o_), f"window {tuple(k_)} (dilation {tuple(d_)}) does not fit in {tuple(i_)}"

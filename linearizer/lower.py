@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections, contextlib, itertools, math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 from linearizer.ast import ConstArg, KernelAST, LazyOp
 from linearizer.dtypes import DType, bool_
@@ -20,7 +20,7 @@ from linearizer.kernel import Kernel
 from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
 from linearizer.shapetracker import ShapeTracker, affine
-from linearizer.symbolic import Var, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
+from linearizer.symbolic import Var, concrete, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
@@ -70,6 +70,8 @@ class Program:
 
 
 Lane = tuple[int, ...]          # an output lane: its index on each output upcast axis
+At = Mapping[int, sint]           # the index upcast axes read (a tensor core's A and B fragments: symbolic in the lane id)
+Memo = dict[tuple[LazyOp, tuple[tuple[int, sint], ...]], int]  # a pass's values so far: (node, its At's items) -> uop
 Loop = tuple[sint, sint, int]   # a LOOP's arg: (its variable, its end, threads)
 SHARED = "temp"                 # the grouped reduce's local memory
 
@@ -91,9 +93,9 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     assert k.reduceop is not None  # GROUP is for a reduce axis
     size = math.prod(s for _, s in lo.ldims) * math.prod(lo.full[i] for i in lo.out_up) * lo.W
     lo.emit(UOp(UOps.DEFINE_LOCAL, k.reduceop.dtype.acc, (), (SHARED, size)))
-  threads = lo.full[0] if k.thread_dims else 0
+  threads = concrete(lo.full[0]) if k.thread_dims else 0
   with lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0) for i in lo.outer]): lo.body()
-  launch = tuple(s for _, s in lo.gdims), tuple(s for _, s in lo.ldims)
+  launch = tuple(s for _, s in lo.gdims), tuple(concrete(s) for _, s in lo.ldims)  # LOCAL and GROUP split int sizes
   return Program(name, _fuse_mulacc(lo.uops, lo.sums), bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
 
 
@@ -121,7 +123,7 @@ class _Lowering:
     self.outer = [i for i in outer if full[i] != 1]  # a size-1 axis (what a whole-axis split leaves) reads index 0
     out_up = [i for i in range(self.up, self.n) if not k.is_reduce_axis(i)]
     self.vaxis = None if k.tensor_core else _vector_axis(k, out_up, self.loop_vars)
-    self.W = int(full[self.vaxis]) if self.vaxis is not None else 1
+    self.W = concrete(full[self.vaxis]) if self.vaxis is not None else 1
     self.lane_var = Var("_lane", 0, self.W - 1)
     self.upcast_axes = [i for i in range(self.up, self.n) if i != self.vaxis]
     self.out_up = [i for i in out_up if i != self.vaxis]
@@ -151,14 +153,14 @@ class _Lowering:
 
   def lanes(self, axes: Sequence[int]) -> Iterator[dict[int, int]]:
     """Each combination of the (upcast) axes' indices."""
-    for ix in itertools.product(*(range(int(self.full[i])) for i in axes)): yield dict(zip(axes, ix))
+    for ix in itertools.product(*(range(concrete(self.full[i])) for i in axes)): yield dict(zip(axes, ix))
 
   def const(self, val: Any, dt: DType) -> int:
     v = _scalar(val, dt)  # -0.0 == 0.0 as a key: a negative zero is never merged with the other
     return self.emit(UOp(UOps.CONST, dt, (), v), dedup=not (dt.is_float and v == 0 and math.copysign(1.0, v) < 0))
 
   # ---- values
-  def index(self, st: ShapeTracker, lane: dict[int, int]) -> tuple[sint, sint]:
+  def index(self, st: ShapeTracker, lane: At) -> tuple[sint, sint]:
     # axes where this tracker has size 1 read index 0 (the STORE at reduce axes, leaves above the reduce);
     # the vector axis reads the symbolic lane. Index and validity only matter where the validity holds: simplified
     # under it, a padded view's index often loses its decode (// and %) and becomes affine in the loop variables
@@ -167,7 +169,7 @@ class _Lowering:
     valid = simplify_valid(valid)
     return simplify_where(idx, valid), valid
 
-  def vector_load(self, node: LazyOp, lane: dict[int, int]) -> int:
+  def vector_load(self, node: LazyOp, lane: At) -> int:
     """Contiguous along the vector axis: one vector load; stride 0: a broadcast; else one load per lane."""
     idx, valid = self.index(self.st_of[node.arg], lane)
     aff = affine(idx, [self.lane_var])
@@ -180,9 +182,9 @@ class _Lowering:
   def scalar_load(self, buf: int, dt: DType, idx: sint, valid: sint) -> int:
     return self.const(0, dt) if valid == 0 else self.emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
 
-  def value(self, node: LazyOp, lane: dict[int, int], memo: dict[tuple[LazyOp, Lane], int]) -> int:
+  def value(self, node: LazyOp, lane: At, memo: Memo) -> int:
     """The uop of `node` at this lane (each upcast axis's index); `memo`: the pass's values so far."""
-    key = (node, tuple(sorted(lane.items())))
+    key = (node, _items(lane))
     if key in memo: return memo[key]
     W = self.W
     if node.op == "LOAD" and W > 1: r = self.vector_load(node, lane)
@@ -230,7 +232,7 @@ class _Lowering:
     """Each output lane's accumulator after the reduce loops, every upcast lane's value folded in each iteration."""
     accs = self.define_accs(red, [tuple(l.values()) for l in self.lanes(self.out_up)])
     chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
-    fold, memo = _Folder(self, red, accs, chain), {}
+    fold, memo = _Folder(self, red, accs, chain), Memo()
     with self.scope(self.loops(range(self.fr + self.gfr, self.up))):  # the reduce loop's values are out of scope after it
       for l in self.lanes(self.upcast_axes):
         v = self.value(red.src[0], l, memo)
@@ -249,7 +251,7 @@ class _Lowering:
     looping over the grouped axes and unrolling the UPCASTMID ones."""
     grouped = [i for i in range(self.fr, self.fr + self.gfr) if self.full[i] != 1]
     mid = [i for i in grouped if i in self.k.upcast_in_mid_reduce]
-    tvars = {i: Var(f"_t{i}", 0, int(self.full[i]) - 1) for i in grouped if i not in mid}
+    tvars = {i: Var(f"_t{i}", 0, concrete(self.full[i]) - 1) for i in grouped if i not in mid}
     fold = _Folder(self, red, self.define_accs(red, accs))
     with self.scope([(v, self.full[i], 0) for i, v in tvars.items()]):
       for m in self.lanes(mid):
@@ -278,11 +280,11 @@ class _Lowering:
     tiles, steps = [i for i in self.out_up if i not in tc_up], [i for i in self.upcast_axes if i not in tc_up]
     accs = {tuple(t.values()): self.emit(UOp(UOps.DEFINE_ACC, red.dtype.acc, (), _identity("SUM", red.dtype), nc), dedup=False)
             for t in self.lanes(tiles)}
-    memo: dict[tuple[LazyOp, Lane], int] = {}
+    memo = Memo()
     with self.scope(self.loops(range(self.fr, self.up))):
       for l in self.lanes(steps):
-        a = [self.value(a_ld, l | frag("a", i), memo) for i in range(tc.elements("a"))]
-        b = [self.value(b_ld, l | frag("b", i), memo) for i in range(tc.elements("b"))]
+        a = [self.value(a_ld, {**l, **frag("a", i)}, memo) for i in range(tc.elements("a"))]
+        b = [self.value(b_ld, {**l, **frag("b", i)}, memo) for i in range(tc.elements("b"))]
         t = tuple(l[i] for i in tiles)
         accs[t] = self.emit(UOp(UOps.WMMA, red.dtype.acc, (accs[t], *a, *b), tc, nc), dedup=False)
     out = {}
@@ -293,10 +295,10 @@ class _Lowering:
 
   def store(self, reduced: dict[Lane, int]) -> None:
     """The output at each output lane, the reduce's value there taken from `reduced`."""
-    memo: dict[tuple[LazyOp, Lane], int] = {}
+    memo = Memo()
     out = self.k.ast.ast
     for l in self.lanes(self.out_up):
-      if self.red is not None: memo[(self.red, tuple(sorted(l.items())))] = reduced[tuple(l.values())]
+      if self.red is not None: memo[(self.red, _items(l))] = reduced[tuple(l.values())]
       v = self.value(out.src[0], l, memo)
       idx, valid = self.index(self.st_of[out.arg], l)
       if valid != 0: self.emit(UOp(UOps.STORE, None, (v,), (0, _lane0(idx), valid), self.W), dedup=False)
@@ -339,18 +341,19 @@ class _Folder:
 
 
 def _lane0(x: sint) -> sint: return substitute(x, {"_lane": 0})
+def _items(at: At) -> tuple[tuple[int, sint], ...]: return tuple((i, at[i]) for i in sorted(at))
 
 
-def _launch(prefix: str, axes, full, maxes: Optional[tuple[int, ...]] = None,
+def _launch(prefix: str, axes: Iterable[int], full: Sequence[sint], maxes: Optional[tuple[int, ...]] = None,
             dims: int = 3) -> tuple[dict[int, sint], list[tuple[Var, sint]], list[int]]:
   """Axes onto at most `dims` launch dims, the innermost axis on dim 0 and the outermost ones sharing the last (decoded
   with // and %, so only the outermost of those may have a symbolic size; the rest stay loops): (each axis's index,
   each launch dim's index variable and size, the axes left to loops). A dim past the device's limit for it (`maxes`:
   CUDA has 65535 blocks in y and z, 2^31-1 in x) is merged with the dims inside it into dim 0, decoded alike."""
-  axes = [i for i in axes if full[i] != 1][::-1]  # innermost first
-  shared, loops = axes[dims - 1:], []
+  inner_first = [i for i in axes if full[i] != 1][::-1]
+  shared, loops = inner_first[dims - 1:], list[int]()
   while any(not isinstance(full[i], int) for i in shared[:-1]): loops.insert(0, shared.pop())
-  groups = [[i] for i in axes[:dims - 1]] + ([shared] if shared else [])
+  groups = [[i] for i in inner_first[:dims - 1]] + ([shared] if shared else [])
   while maxes and (d := next((d for d, g in enumerate(groups) if smax(math.prod(full[i] for i in g)) > maxes[d]), 0)) > 0:
     merged = [i for g in groups[:d + 1] for i in g]
     if any(not isinstance(full[i], int) for i in merged[:-1]): break  # not decodable: the launch reports the limit
@@ -359,7 +362,8 @@ def _launch(prefix: str, axes, full, maxes: Optional[tuple[int, ...]] = None,
   launch: list[tuple[Var, sint]] = []
   for d, group in enumerate(groups):
     size = math.prod(full[i] for i in group)
-    v, div = Var(f"{prefix}{d}", 0, smax(size) - 1), 1
+    v = Var(f"{prefix}{d}", 0, smax(size) - 1)
+    div: sint = 1
     for i in group:
       idx[i] = v // div if i == group[-1] else v // div % full[i]
       div *= full[i]
@@ -376,16 +380,18 @@ def _fuse_mulacc(uops: list[UOp], sums: set[int]) -> list[UOp]:
   saves no op (it is computed anyway) and its users would see two different products."""
   uses = collections.Counter(s for u in uops for s in u.src)
   def product(i: int) -> bool:
-    return uops[i].op is UOps.ALU and uops[i].arg == "MUL" and uops[i].dtype.name in FMA_DTYPES and uses[i] == 1
+    u = uops[i]
+    return u.op is UOps.ALU and u.arg == "MUL" and u.dtype is not None and u.dtype.name in FMA_DTYPES and uses[i] == 1
+  def fuse(i: int, u: UOp) -> Optional[tuple[UOp, int]]:  # (u fused, the product it took in)
+    if i in sums and u.arg == "ADD":  # a lane-combining ADD (an ALU): either operand
+      m = next((s for s in u.src if product(s)), None)
+      return None if m is None else (replace(u, src=(*uops[m].src, u.src[u.src[0] == m]), arg="MULACC"), m)
+    if u.op is UOps.ACC and u.arg == "ADD" and product(p := u.src[1]): return replace(u, src=(u.src[0], *uops[p].src), arg="MULACC"), p
+    return None
   fused: dict[int, UOp] = {}
   gone: set[int] = set()  # the products folded into their user
   for i, u in enumerate(uops):
-    if i in sums and u.arg == "ADD" and (m := next((s for s in u.src if product(s)), None)) is not None:
-      fused[i] = replace(u, src=(*uops[m].src, u.src[u.src[0] == m]), arg="MULACC")
-    elif u.op is UOps.ACC and u.arg == "ADD" and product(m := u.src[1]):
-      fused[i] = replace(u, src=(u.src[0], *uops[m].src), arg="MULACC")
-    else: continue
-    gone.add(m)
+    if (f := fuse(i, u)) is not None: fused[i], _ = f; gone.add(f[1])
   out: list[UOp] = []
   at: dict[int, int] = {}  # old position -> new
   for i, u in enumerate(uops):
@@ -414,10 +420,10 @@ def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]
   widths = vector_widths(k.ast, k.options)
   for axis in reversed(out_up):
     if k.full_shape[axis] not in widths: continue
-    lv = Var("_lane", 0, k.full_shape[axis] - 1)
+    lv = Var("_lane", 0, concrete(k.full_shape[axis]) - 1)
     # the other upcast axes at every one of their values, not only at 0: a padded axis upcast twice (sops_4149) has a
     # STORE valid for every lane where the other upcast axis is 0 and for lane 0 only where it is 1
-    ups = {i: Var(f"_up{i}", 0, k.full_shape[i] - 1) for i in range(k.shape_len - k.upcasted, k.shape_len)}
+    ups = {i: Var(f"_up{i}", 0, s - 1) for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted)}
     def at(st):
       return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))  # noqa: B023  (this iteration's)
                            for i in range(k.shape_len)])

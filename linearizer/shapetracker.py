@@ -8,15 +8,18 @@ one wherever the symbolic simplifier proves the composition affine with per-dim 
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-from functools import reduce
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 from linearizer.symbolic import Node, Var, Sum, Lt, And, sint, add, mul, lt, ge, land, floordiv, mod, smin, smax, \
-  variables
+  variables, concrete
 
-def prod(xs: Sequence[sint]) -> sint: return reduce(mul, xs, 1)
+def prod(xs: Iterable[sint]) -> sint:
+  out: sint = 1
+  for x in xs: out = mul(out, x)
+  return out
 
 def strides_for_shape(shape: Sequence[sint]) -> tuple[sint, ...]:
-  out, acc = [], 1
+  out: list[sint] = []
+  acc: sint = 1
   for s in reversed(shape):
     out.append(0 if s == 1 else acc)
     acc = mul(acc, s)
@@ -24,7 +27,8 @@ def strides_for_shape(shape: Sequence[sint]) -> tuple[sint, ...]:
 
 def unravel(flat: sint, shape: Sequence[sint]) -> list[sint]:
   """Decode a flat index into dims (the outermost without a modulo: a valid position is in range)."""
-  out, acc = [], 1
+  out: list[sint] = []
+  acc: sint = 1
   for i, s in reversed(list(enumerate(shape))):
     q = floordiv(flat, acc)
     out.append(q if i == 0 else mod(q, s))
@@ -97,12 +101,12 @@ class View:
   def stride(self, mul_: Sequence[int]) -> View:
     assert all(isinstance(m, int) and m != 0 for m in mul_) and all(isinstance(s, int) for s in self.shape), \
       f"stride needs nonzero ints on a concrete shape, got {mul_}"
-    shape = [-(-s // abs(m)) for s, m in zip(self.shape, mul_)]
+    shape = [-(-concrete(s) // abs(m)) for s, m in zip(self.shape, mul_)]
     offset = add(self.offset, sum_of(mul(s - 1, st) for s, st, m in zip(self.shape, self.strides, mul_) if m < 0))
     mask = None
     if self.mask is not None:
       mask = []
-      for (lo, hi), s, m, ns in zip(self.mask, self.shape, mul_, shape):
+      for (lo, hi), s, m, ns in zip(((concrete(lo), concrete(hi)) for lo, hi in self.mask), map(concrete, self.shape), mul_, shape):
         # new j reads old j*m (m > 0) or s-1-j*|m| (m < 0); keep the j whose old index is in [lo, hi)
         nlo, nhi = (-(-lo // m), -(-hi // m)) if m > 0 else ((s - 1 - hi) // -m + 1, (s - 1 - lo) // -m + 1)
         nlo, nhi = max(0, min(nlo, ns)), max(0, min(nhi, ns))
@@ -131,13 +135,13 @@ def affine(x: sint, ivars: Sequence[Var]) -> Optional[tuple[list[sint], sint]]:
   for atom, k in terms:
     vs = variables(atom) & iset
     if not vs: rest = add(rest, mul(atom, k)); continue
-    if atom in iset: coef[atom] = add(coef.get(atom, 0), k); continue  # type: ignore[index]
+    if isinstance(atom, Var) and atom in iset: coef[atom] = add(coef.get(atom, 0), k); continue
     factors = getattr(atom, "factors", None)
     if factors is None or len(vs) != 1 or sum(f in iset for f in factors) != 1: return None
     v = next(iter(vs))
     other = [f for f in factors if f != v]
     if any(variables(f) & iset for f in other): return None
-    coef[v] = add(coef.get(v, 0), mul(reduce(mul, other, 1), k))
+    coef[v] = add(coef.get(v, 0), mul(prod(other), k))
   return [coef.get(v, 0) for v in ivars], add(rest, const)
 
 def _per_dim_mask(valid: sint, ivars: Sequence[Var], shape: Sequence[sint]) -> Optional[list[tuple[sint, sint]]]:
@@ -148,10 +152,12 @@ def _per_dim_mask(valid: sint, ivars: Sequence[Var], shape: Sequence[sint]) -> O
   for t in [] if valid == 1 else valid.terms if isinstance(valid, And) else [valid]:
     if not isinstance(t, Lt): return None
     terms = t.x.terms if isinstance(t.x, Sum) and t.x.const == 0 else ((t.x, 1),)
-    if len(terms) != 1 or terms[0][0] not in ivars or terms[0][1] not in (1, -1): return None
-    d = list(ivars).index(terms[0][0])
-    if terms[0][1] == -1: lo[d] = max(lo[d], 1 - t.c)  # -v < c  <=>  v >= 1 - c
-    elif isinstance(hi[d], int): hi[d] = min(hi[d], t.c)
+    if len(terms) != 1: return None
+    atom, k = terms[0]
+    if not isinstance(atom, Var) or atom not in ivars or k not in (1, -1): return None
+    d = list(ivars).index(atom)
+    if k == -1: lo[d] = max(lo[d], 1 - t.c)  # -v < c  <=>  v >= 1 - c
+    elif isinstance(h := hi[d], int): hi[d] = min(h, t.c)
     else: return None
   return [(0, 0) if isinstance(h, int) and l >= h else (l, h) for l, h in zip(lo, hi)]
 
@@ -176,7 +182,9 @@ def _reshape_view(v: View, shape: tuple[sint, ...]) -> Optional[View]:
   if any(not full(k) for k in range(len(v.shape)) if v.shape[k] == 1): return None  # an empty size-1 dim empties the view
   olds, news = [v.shape[k] for k in old], [shape[k] for k in new]
   def build(strides: list[sint], mask: list[tuple[sint, sint]]) -> View:  # place the non-1 dims, 1s between
-    st, mk, it = [0] * len(shape), [(0, 1)] * len(shape), iter(zip(strides, mask))
+    st: list[sint] = [0] * len(shape)
+    mk: list[tuple[sint, sint]] = [(0, 1)] * len(shape)
+    it = iter(zip(strides, mask))
     for k in new: st[k], mk[k] = next(it)
     return View.create(shape, st, v.offset, None if v.mask is None else mk)
   strides, mask = [v.strides[k] for k in old], [(0, v.shape[k]) if v.mask is None else v.mask[k] for k in old]
@@ -263,7 +271,7 @@ class ShapeTracker:
     under all masks, for every allowed value of the variables; None where no position is valid.
     A dim restricted by its mask is bounded by the mask (a fresh variable) so padding is proved safe."""
     out: list[Optional[tuple[int, int]]] = []
-    dims: list[sint] = index_vars(self.shape, "_p")
+    dims: list[sint] = list(index_vars(self.shape, "_p"))
     dead = False
     for level, v in enumerate(reversed(self.views)):
       clamped: list[sint] = []

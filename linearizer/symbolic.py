@@ -102,6 +102,10 @@ class And(Node):
 
 def smin(x: sint) -> int: return x if isinstance(x, int) else x.min
 def smax(x: sint) -> int: return x if isinstance(x, int) else x.max
+def concrete(x: sint) -> int:
+  """x where the caller's own checks make it an int, typed so; a symbolic x raises the TypeError comparing it would."""
+  if isinstance(x, int): return x
+  raise TypeError(f"{render(x)} is symbolic where an int is needed")
 
 def _sort_key(n: Node) -> tuple: return (render(n), n.min, n.max)
 
