@@ -23,7 +23,7 @@ from linearizer.ast import KernelAST, LazyOp, ReduceArg, load
 from linearizer.reference import alu, cast
 from linearizer.options import LinearizerOptions
 from linearizer.shapetracker import ShapeTracker
-from linearizer.symbolic import Node, Var, sint, smax, variables
+from linearizer.symbolic import Node, Var, concrete, sint, smax, variables
 from linearizer.tensor_cores import TensorCore
 
 
@@ -174,14 +174,13 @@ class Kernel:
       self.dont_use_locals = True
       self.applied_opts.append(opt)
       return
-    check(isinstance(opt.axis, int) and opt.axis >= 0, f"{opt.op} needs an axis >= 0")
+    if not isinstance(opt.axis, int) or opt.axis < 0: raise OptError(f"{opt.op} needs an axis >= 0")
     axis = opt.axis + (self.first_reduce if opt.op is OptOp.UNROLL else
                        self.first_reduce + self.group_for_reduces if opt.op in (OptOp.GROUP, OptOp.GROUPTOP) else 0)
     check(axis < self.shape_len, f"{opt.op} axis {opt.axis} is past the {self.shape_len} axes")
-    size = self.full_shape[axis]
-    check(isinstance(size, int), f"axis {axis} has a symbolic size")
+    if not isinstance(size := self.full_shape[axis], int): raise OptError(f"axis {axis} has a symbolic size")
     amt = size if opt.amt == 0 else opt.amt
-    check(isinstance(amt, int) and 1 < amt <= MAX_AMT, f"{opt.op} amount must be in [2, {MAX_AMT}], got {opt.amt}")
+    if not isinstance(amt, int) or not 1 < amt <= MAX_AMT: raise OptError(f"{opt.op} amount must be in [2, {MAX_AMT}], got {opt.amt}")
     reduce_range = (self.first_reduce + self.group_for_reduces, self.shape_len - self.upcasted)
     if opt.op is not OptOp.PADTO: check(size % amt == 0, f"{opt.op} {amt} does not divide axis {axis} of size {size}")
 
@@ -249,6 +248,7 @@ class Kernel:
     """Where each bit of the tensor core's lane id ("l<b>") and of C's element index ("e<b>") is, (axis, bit of its
     index), and the tile's K ("k"). Later opts keep them there: LOCAL inserts before the lanes, UPCAST and UNROLL append
     after these upcasts."""
+    assert self.tensor_core is not None, "tc_axes of a kernel without TC"
     tc, u0 = self.tensor_core[0], self.shape_len - self.upcasted
     runs = list(enumerate(tc.axes("l"), self.first_reduce - self._tc_lanes)) + list(enumerate(tc.axes("e"), u0 + 1))
     return {"k": (u0, 0)} | {s: (axis, j) for axis, r in runs for j, s in enumerate(r)}
@@ -258,8 +258,7 @@ class Kernel:
     LOADs of the tensor core's input dtype, each cast exactly to its accumulation dtype, which the product and the sum
     are in (a tensor core's products are exact); a global axis along which only A varies and one along which only B
     does, and a reduce axis along which both do, divisible by the tensor core's M, N and K."""
-    red = self.reduceop
-    check(red is not None and red.arg.fn == "SUM" and red.src[0].op == "MUL", "TC needs a SUM over a MUL")
+    if (red := self.reduceop) is None or red.arg.fn != "SUM" or red.src[0].op != "MUL": raise OptError("TC needs a SUM over a MUL")
     loads = [s.src[0] if s.op == "CAST" and not s.arg.bitcast else s for s in red.src[0].src]
     check(all(s.op == "LOAD" for s in loads), "TC needs a product of two LOADs, each maybe through a CAST")
     tcs = [tc for tc in self.options.tensor_cores
@@ -297,8 +296,8 @@ class Kernel:
     check(not self.applied_opts, "TC must be the first opt")
     check(opt.amt in (None, 0), "TC takes no amount")
     choices = self._tc_choices()
-    check(isinstance(opt.axis, int) and 0 <= opt.axis < len(choices),
-          f"TC axis picks one of the {len(choices)} ways this kernel matches a tensor core")
+    if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(choices):
+      raise OptError(f"TC axis picks one of the {len(choices)} ways this kernel matches a tensor core")
     tc, a, b, m, n, k = choices[opt.axis]
     check(o.has_local and tc.threads <= o.local_size_max, "TC needs local dims for the warp's lanes")
     fr, n0 = self.first_reduce, self.shape_len
@@ -307,12 +306,12 @@ class Kernel:
     # every column (row) of C, whose mask a padded read would take from the lane's own
     full, ops = self.full_shape, {self.leaves.index(a.arg), self.leaves.index(b.arg)}
     for axis, d in zip((m, n, k), tc.dims):
-      if (size := _padded(full[axis], d)) == full[axis]: continue
+      if (size := _padded(concrete(full[axis]), d)) == full[axis]: continue  # ints: fits() checked
       self.sts = [st.widen(axis, size) if j in ops and st.broadcast_along(axis) else
                   st.pad([(0, size - full[axis]) if i == axis and s == full[axis] else (0, 0) for i, s in enumerate(st.shape)])
                   for j, st in enumerate(self.sts)]
     self.shift_to(k, tc.dims[2])
-    new = [("k",)]  # the bits each new axis holds, in the order they were split off to the end
+    new: list[tuple[str, ...]] = [("k",)]  # the bits each new axis holds, in the order they were split off to the end
     for d, run in tc.runs():  # low bits first: each split takes the axis's lowest bits
       self.shift_to((m, n)[d], 2 ** len(run))
       new.append(run)
@@ -327,26 +326,27 @@ class Kernel:
 
   def _check_local_size(self, amt: int) -> None:
     lo = self.first_reduce - self.local_dims
-    size = math.prod(self.full_shape[lo:self.first_reduce + self.group_for_reduces]) * amt
+    size = math.prod(map(concrete, self.full_shape[lo:self.first_reduce + self.group_for_reduces])) * amt  # LOCAL and GROUP split ints
     check(size <= self.options.local_size_max, f"local size {size} exceeds {self.options.local_size_max}")
 
   def _shared_bytes(self) -> int:
     """The grouped reduce's local memory: a partial accumulator per work-item and output lane."""
+    assert self.reduceop is not None, "grouped without a reduce"
     out_lanes = [s for i, s in enumerate(self.upcast_shape, self.shape_len - self.upcasted) if not self.is_reduce_axis(i)]
-    return math.prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]) * \
+    return math.prod(map(concrete, self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces])) * \
       math.prod(out_lanes) * self.reduceop.dtype.acc.itemsize
 
   def _pad_reduce_is_exact(self) -> bool:
     """Padded positions read 0: a SUM stays exact when its source, by the reference semantics, is 0
     wherever every leaf is 0."""
-    if self.reduceop.arg.fn != "SUM": return False
+    if (red := self.reduceop) is None or red.arg.fn != "SUM": return False
     vals: dict[LazyOp, np.ndarray] = {}
     with np.errstate(all="ignore"):
-      for n in self.reduceop.src[0].toposort():
+      for n in red.src[0].toposort():
         if n.op in ("LOAD", "CONST"): vals[n] = np.zeros(1, dtype=n.dtype.np)
         elif n.op == "CAST": vals[n] = np.asarray(cast(vals[n.src[0]], n.src[0].dtype, n.arg.dtype, n.arg.bitcast))
         else: vals[n] = np.asarray(alu(n.op, n.src[-1].dtype, [vals[s] for s in n.src]))
-    return bool(vals[self.reduceop.src[0]][0] == 0)
+    return bool(vals[red.src[0]][0] == 0)
 
   def to_ast(self) -> KernelAST:
     """The kernel over its current axes as a document: the same computation, so the reference

@@ -44,7 +44,8 @@ from typing import Iterator, Mapping, Optional, Sequence
 import numpy as np
 from linearizer.ast import KernelAST, LazyOp, MemArg, ConstArg, concrete_st
 from linearizer.dtypes import DType, bool_
-from linearizer.shapetracker import ShapeTracker
+from linearizer.shapetracker import ShapeTracker, prod
+from linearizer.symbolic import concrete
 
 BLOCK_ELEMENTS = 1 << 24  # the most elements one block materialises per operand (~64 MB of float32)
 
@@ -68,7 +69,7 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
   # space, so blocks are sized by what the operands and the output materialise
   contract = red is not None and red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in ("float32", "float64")
   def size(r, dims) -> int: return math.prod(r[d][1] - r[d][0] for d in dims)
-  parts = [live[red.src[0].src[0]], live[red.src[0].src[1]], [d for d in range(len(full)) if d not in axes]] if contract \
+  parts = [live[red.src[0].src[0]], live[red.src[0].src[1]], [d for d in range(len(full)) if d not in axes]] if red is not None and contract \
     else [list(range(len(full)))]
   cost = lambda r: max(size(r, dims) for dims in parts)
   # split first the axes of the largest operand, so the others stay whole and are reused across blocks
@@ -81,7 +82,8 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
     for block in _blocks(whole, heaviest([a for a in range(len(full)) if a not in axes]), cost):
       memo: dict[LazyOp, np.ndarray] = {}
       if red is not None:
-        acc, mag = None, 0.0
+        acc: Optional[np.ndarray] = None
+        mag: np.ndarray | float = 0.0
         for sub in _blocks(block, heaviest(axes), cost):
           ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live, nudge)  # noqa: B023  (used in this iteration only)
           if contract:
@@ -93,6 +95,7 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
             part = _reduce(red.arg.fn, red.dtype, x, axes)
             if shift: mag = mag + np.sum(np.abs(x.astype(np.float64)), axis=tuple(axes), keepdims=True)
           acc = part if acc is None else _combine(red.arg.fn, acc, part)
+        assert acc is not None  # _blocks covers every range with at least one block
         memo[red] = (acc + perturb * mag if shift else acc).astype(red.dtype.np)
         block = [(0, 1) if a in axes else r for a, r in enumerate(block)]
       _store(kernel.ast, block, buffers, conc, memo, leaves, live, nudge)
@@ -100,7 +103,7 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
 
 # output poison: a quiet NaN with a payload no arithmetic produces, so an unwritten element is told
 # apart from a computed NaN; non-float outputs get the dtype's max
-NAN_POISON = {"float16": np.uint16(0x7E5A), "bfloat16": np.uint16(0x7FDA), "float32": np.uint32(0x7FC5DEAD),
+NAN_POISON: dict[str, np.unsignedinteger] = {"float16": np.uint16(0x7E5A), "bfloat16": np.uint16(0x7FDA), "float32": np.uint32(0x7FC5DEAD),
               "float64": np.uint64(0x7FF8DEADDEADDEAD)}
 
 def poison(d: DType, n: int) -> np.ndarray:
@@ -170,7 +173,7 @@ def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1,
     tol = FLOAT_TOLERANCE[dt.name] * max(1.0, math.sqrt(reduce_size))
     with np.errstate(invalid="ignore"):
       ok = (np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= tol * (1 + np.abs(w)))
-      if lo is not None: ok |= (g >= lo - tol * (1 + np.abs(lo))) & (g <= hi + tol * (1 + np.abs(hi)))
+      if lo is not None and hi is not None: ok |= (g >= lo - tol * (1 + np.abs(lo))) & (g <= hi + tol * (1 + np.abs(hi)))
     bad = np.flatnonzero(~ok)
   if bad.size == 0: return None
   i = bad[0]
@@ -232,9 +235,10 @@ def _positions(st: ShapeTracker, block: Sequence[tuple[int, int]]) -> tuple[np.n
   """(index, valid) of every position of the block, as arrays broadcastable to the block."""
   nd = len(block)
   # int32 arithmetic is ~5x faster (numpy vectorises its division); use it wherever no value can overflow
-  it = np.int32 if all(abs(v.offset) + sum((s - 1) * abs(st) for s, st in zip(v.shape, v.strides)) < 2**31 and
-                       math.prod(v.shape) < 2**31 for v in st.views) else np.int64
-  idxs = [np.arange(lo, hi, dtype=it).reshape([-1 if k == d else 1 for k in range(nd)]) for d, (lo, hi) in enumerate(block)]
+  it = np.int32 if all(abs(concrete(v.offset)) + sum((concrete(s) - 1) * abs(concrete(st)) for s, st in zip(v.shape, v.strides)) < 2**31 and
+                       concrete(prod(v.shape)) < 2**31 for v in st.views) else np.int64  # st is concrete (the caller's concrete_st)
+  idxs: list[Optional[np.ndarray]] = [np.arange(lo, hi, dtype=it).reshape([-1 if k == d else 1 for k in range(nd)])
+                                      for d, (lo, hi) in enumerate(block)]
   pos, valid = _through_view(st.views[-1], idxs, np.ones([1] * nd, dtype=bool), it)
   for v in reversed(st.views[:-1]):  # re-read the position as a flat index into the dims below (those that matter)
     acc = [math.prod(v.shape[k + 1:]) for k in range(len(v.shape))]
@@ -282,12 +286,14 @@ def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict,
 def _strided(st: ShapeTracker, block, buf: np.ndarray, writeable: bool = False) -> Optional[np.ndarray]:
   """The block of a single unmasked view with strides >= 0 as a strided view of buf, without index arrays (the
   common case, and much the cheapest); None where the general path is needed. Stride-0 dims come out size 1."""
-  if len(st.views) > 1 or (v := st.views[0]).mask is not None or any(s < 0 for s in v.strides): return None
-  start = v.offset + sum(lo * s for (lo, _), s in zip(block, v.strides))
-  end = start + sum((hi - lo - 1) * s for (lo, hi), s in zip(block, v.strides))
+  if len(st.views) > 1 or (v := st.views[0]).mask is not None: return None
+  strides = [concrete(s) for s in v.strides]  # st is concrete (the caller's concrete_st)
+  if any(s < 0 for s in strides): return None
+  start = concrete(v.offset) + sum(lo * s for (lo, _), s in zip(block, strides))
+  end = start + sum((hi - lo - 1) * s for (lo, hi), s in zip(block, strides))
   if start < 0 or end >= buf.size: raise RuntimeError("reference: a buffer indexed out of range; validation should have rejected this kernel")
-  return np.lib.stride_tricks.as_strided(buf[start:], [hi - lo if s else 1 for (lo, hi), s in zip(block, v.strides)],
-                                         [s * buf.itemsize for s in v.strides], writeable=writeable)
+  return np.lib.stride_tricks.as_strided(buf[start:], [hi - lo if s else 1 for (lo, hi), s in zip(block, strides)],
+                                         [s * buf.itemsize for s in strides], writeable=writeable)
 
 
 def _store(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict, nudge: int) -> None:
