@@ -1,22 +1,32 @@
 """EXP2, LOG2 and SIN for float32 in C, scalar and on gcc vectors, within the accuracy contract (reference.ULP_BOUND).
 
-Each float32 lane is widened to double and computed there with a polynomial whose error (< 1e-13 relative) is far below
-a float32 ulp (6e-8), then rounded once to float32: the result is the correctly rounded one unless the exact value lies
-within 1e-13 of a rounding midpoint (tests/test_vecmath.py checks every float32 input against libm's double result: all
-are correctly rounded). Twice the work of float arithmetic, but no float error analysis to get wrong. Doubles hold every
-float32, its denormals as normal numbers, so no input needs a special path but SIN's huge arguments:
+Each float32 lane is widened to double and computed there with fused multiply-adds and near-minimax polynomials
+(Chebyshev interpolants, tools below) whose error (< 2^-50 relative) is far below a float32 ulp (2^-24), then rounded
+once to float32: the result is the correctly rounded one unless the exact value lies within 2^-50 of a rounding
+midpoint (tests/test_vecmath.py checks every float32 input against libm's double result: all are correctly rounded).
+Correct rounding is what lets `compare` hold a chain of transcendentals to the reference exactly: float-precision
+polynomials (SLEEF's 1-ulp functions) leave a chain's outputs outside the range the contract's runs bound (see
+reference.py). Doubles hold every float32, its denormals as normal numbers, so no input needs a special path but
+SIN's huge arguments:
 - exp2: x = n + r (n = round(x), |r| <= 1/2) after clamping x to [-152, 129] (beyond, the float result is 0 or inf);
-  2^r by its Taylor series to r^11, times 2^n built from n's bits (a normal double for every clamped n).
-- log2: x = 2^e * m with m in [sqrt(1/2), sqrt(2)); log2(m) = 2/ln2 * atanh(s), s = (m-1)/(m+1), |s| <= 0.172, by the
-  series to s^17; +-0 -> -inf, < 0 -> NaN, inf -> inf, NaN -> NaN by selects.
+  2^r = 1 + r*q(r), q of degree 9 (2^-50.6), times 2^n built from n's bits (a normal double for every clamped n).
+- log2: x = 2^k * z with z in [0.703, 1.406) from x's bits less those of 0.703 (no branch); z's 4 leading fraction bits
+  pick c, a 21-bit 1/z near z's: r = z*c - 1 is exact (|r| < 0.0313), log2(x) = k + log2(1/c) + r*L(r), L of degree 7
+  (2^-50.1); the table's entry around 1 is c = 1, log2(1/c) = 0, so x near 1 loses nothing to cancellation and
+  log2(2^k) is k exactly. +-0 -> -inf, < 0 -> NaN, inf -> inf, NaN -> NaN by selects.
 - sin: Cody-Waite: k = round(x * 2/pi), r = x - k*pi/2 with pi/2 in three parts (the first two of 30 bits, so that
-  k*P1 and k*P2 are exact for k < 2^23 and x - k*P1 is exact), then sin or cos of r (|r| <= pi/4) by Taylor series
-  by k's quadrant. Lanes with |x| > 2^22 (where k would reach 2^22) and inf take the exact fallback, libm's double sin
-  rounded to float, one lane at a time (never in practice: such arguments have no meaningful phase).
-Each lane count is static inline functions over gcc vector types, so gcc keeps them in AVX-512/AVX2 registers: doubles
-computed a register at a time (8 lanes with AVX-512, 4 without), wider float instances as two halves; the scalar one is
-the 1-lane instance. Selects are bit masks, as the renderer's. Measured (docs/benchmarks.md): Debian's SLEEF 3.5 u10
-functions are within 0.91 ulp (inside the contract, not correctly rounded) and about twice as fast.
+  k*P1 and k*P2 are exact for k < 2^23 and x - k*P1 is exact), then sin r = r + r^3 S(r^2) or cos r = 1 + r^2 C(r^2)
+  (|r| <= pi/4, degrees 5 in r^2: 2^-55.5, 2^-51.6) by k's quadrant. Lanes with |x| > 2^22 (where k would reach 2^22)
+  and inf take the exact fallback, libm's double sin rounded to float, one lane at a time (never in practice: such
+  arguments have no meaningful phase).
+Polynomials are evaluated by Estrin's scheme (powers r^2, r^4, ... and independent fused multiply-adds): chains of
+transcendentals are latency-bound, and Horner's 10 dependent FMAs are 40 cycles. Each lane count is static inline
+functions over gcc vector types, so gcc keeps them in AVX-512/AVX2 registers: doubles computed a register at a time
+(8 lanes with AVX-512, 4 without), wider float instances as two halves; the scalar one is the 1-lane instance. Selects
+are bit masks, as the renderer's; FMAs the x86 intrinsics where the ISA has them (-ffp-contract=off fuses nothing),
+else a multiply and an add (the polynomials' error budget holds either way; the reductions do not rely on fusion).
+Coefficients and tables: mpmath at 60 digits, Chebyshev interpolation at degree + 1 nodes, rounded to double; errors
+measured at 60 digits on 4001 points.
 """
 from __future__ import annotations
 import math
@@ -25,52 +35,104 @@ FUNCS = ("EXP2", "LOG2", "SIN")
 SIN_BIG = 2.0 ** 22  # |x| beyond it takes sin's exact fallback
 _NAN = '__builtin_nan("")'
 
+def _f(h: str) -> float: return float.fromhex(h)
 def _hex(c: float) -> str: return float(c).hex()
 
-def _horner(var: str, coeffs: list[float]) -> str:
-  """c0 + var*(c1 + var*(...)) as C."""
-  out = _hex(coeffs[-1])
-  for c in reversed(coeffs[:-1]): out = f"{_hex(c)}+{var}*({out})"
-  return out
-
-_LN2 = math.log(2)
-EXP2_POLY = [_LN2 ** k / math.factorial(k) for k in range(12)]                  # 2^r = sum (r ln2)^k / k!
-LOG2_POLY = [2 / (_LN2 * (2 * k + 1)) for k in range(9)]                         # log2(m) = s * sum c_k s^2k
-SIN_POLY = [(-1) ** k / math.factorial(2 * k + 1) for k in range(8)]             # sin r = r * sum c_k r^2k
-COS_POLY = [(-1) ** k / math.factorial(2 * k) for k in range(9)]                 # cos r = sum c_k r^2k
+# (2^r - 1) / r on [-1/2, 1/2]
+EXP2_Q = [_f(h) for h in ("0x1.62e42fefa39f7p-1", "0x1.ebfbdff82c590p-3", "0x1.c6b08d7044119p-5", "0x1.3b2ab6fba385fp-7",
+                          "0x1.5d87fe908f88ap-10", "0x1.4309130378460p-13", "0x1.ffcb76789860fp-17", "0x1.62bfe46117445p-20",
+                          "0x1.b6571de2f2351p-24", "0x1.e5e9f548e5725p-28")]
+# log2(1 + r) / r on [-0.0313, 0.0313]
+LOG2_L = [_f(h) for h in ("0x1.71547652b82f9p+0", "-0x1.71547652b82f5p-1", "0x1.ec709dc4463d7p-2", "-0x1.715476534d954p-2",
+                          "0x1.2776b822359a5p-2", "-0x1.ec70867fb007dp-3", "0x1.a6bc3d4739faep-3", "-0x1.71e8d575af513p-3")]
+# the 16 buckets of z by its leading fraction bits: c (21 significant bits) and log2(1/c)
+LOG2_C = [_f(h) for h in ("0x1.642c8p+0", "0x1.55555p+0", "0x1.47ae1p+0", "0x1.3b13bp+0", "0x1.2f685p+0", "0x1.24925p+0",
+                          "0x1.1a7b9p+0", "0x1.11111p+0", "0x1.08421p+0", "0x1p+0", "0x1.e1e1ep-1", "0x1.c71c7p-1",
+                          "0x1.af287p-1", "0x1.9999ap-1", "0x1.86186p-1", "0x1.745d1p-1")]
+LOG2_LOGC = [_f(h) for h in ("-0x1.e7df48cff117ep-2", "-0x1.a8ff8002c9129p-2", "-0x1.6cb0e253bdf2cp-2", "-0x1.32bfe871bd0a6p-2",
+                             "-0x1.f5fdb2f5a08dap-3", "-0x1.8a89c5ebd132fp-3", "-0x1.22da9cb02e44ap-3", "-0x1.7d603257b4441p-4",
+                             "-0x1.773935884e226p-5", "0x0p+0", "0x1.663f86c1d8a22p-4", "0x1.5c01af2a6120dp-3",
+                             "0x1.fbc14eb58d664p-3", "0x1.49a76da78a81bp-2", "0x1.91bbae57434ccp-2", "0x1.d6755addc8279p-2")]
+LOG2_OFF = 0x3fe6800000000000  # the bits of 0.703125: x's bits less these split into k and a z in [0.703125, 1.40625)
+# (sin(r)/r - 1) / r^2 and (cos(r) - 1) / r^2 as polynomials in z = r^2 on [0, (pi/4)^2]
+SIN_S = [_f(h) for h in ("-0x1.5555555555555p-3", "0x1.1111111110bb2p-7", "-0x1.a01a019e83816p-13", "0x1.71de379654304p-19",
+                         "-0x1.ae600aca92c64p-26", "0x1.5e0b05bff20f2p-33")]
+COS_C = [_f(h) for h in ("-0x1.ffffffffffffap-2", "0x1.5555555554134p-5", "-0x1.6c16c1691d3cep-10", "0x1.a019fc7ae6b8bp-16",
+                         "-0x1.27e0f5440bb64p-22", "0x1.1c063511f828dp-29")]
 # pi/2 in three doubles: P1 and P2 keep 30 significant bits, P3 the next 53
-_P1 = float.fromhex("0x1.921fb544p+0")
-_P2 = float.fromhex("0x1.0b4611a6p-34")
-_P3 = float.fromhex("0x1.3198a2e037073p-69")
+_P1 = _f("0x1.921fb544p+0")
+_P2 = _f("0x1.0b4611a6p-34")
+_P3 = _f("0x1.3198a2e037073p-69")
 
 def _types(n: int) -> str:
   return (f"typedef float tsvc_f{n} __attribute__((vector_size({4 * n})));\n"
           f"typedef double tsvc_d{n} __attribute__((vector_size({8 * n})));\n"
           f"typedef long long tsvc_l{n} __attribute__((vector_size({8 * n})));\n")
 
+# lanes -> (the macro saying x86 has it, the intrinsic) for a*b+c rounded once on tsvc_d{n}, and for "is any lane of the
+# mask m set" (a loop over the lanes is a scalar extract and OR per lane)
+_FMA = {1: ("__FMA__", "(tsvc_d1){__builtin_fma(a[0], b[0], c[0])}"),
+        4: ("__FMA__", "(tsvc_d4)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c)"),
+        8: ("__AVX512F__", "(tsvc_d8)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c)")}
+_ANY = {1: ("1", "m[0] != 0"), 4: ("__AVX__", "_mm256_movemask_pd((__m256d)m) != 0"),
+        8: ("__AVX512F__", "_mm512_test_epi64_mask((__m512i)m, (__m512i)m) != 0")}
+
+def _helpers(n: int) -> str:
+  """tsvc_fma_d{n}, tsvc_any_l{n} and tsvc_lookup_d{n} (16-entry table, per lane: one two-register permute on AVX-512)."""
+  d, l = f"tsvc_d{n}", f"tsvc_l{n}"
+  intrinsic = lambda sig, guard, call, other: f"static inline {sig} {{\n#if {guard}\n  return {call};\n#else\n  {other}\n#endif\n}}\n"
+  fma = intrinsic(f"{d} tsvc_fma_d{n}({d} a, {d} b, {d} c)", f"defined({_FMA[n][0]})", _FMA[n][1], "return a * b + c;")
+  guard, call = _ANY[n]
+  fma += intrinsic(f"int tsvc_any_l{n}({l} m)", guard if guard == "1" else f"defined({guard})", call,
+                   f"long long any = 0;\n  for (int i = 0; i < {n}; i++) any |= m[i];\n  return any != 0;")
+  if n == 8: look = f"  {d} lo, hi;\n  memcpy(&lo, t, 64); memcpy(&hi, t + 8, 64);\n  return __builtin_shuffle(lo, hi, i);\n"
+  else: look = f"  return ({d}){{{', '.join(f't[i[{j}]]' for j in range(n))}}};\n"
+  return fma + f"static inline {d} tsvc_lookup_d{n}(const double *t, {l} i) {{\n{look}}}\n"
+
+def _estrin(n: int, var: str, coeffs: list[float], name: str) -> tuple[list[str], str]:
+  """(statements, expression): sum coeffs[i] var^i by Estrin's scheme, the powers var^2, var^4, ... as {name}2, {name}4."""
+  d = f"tsvc_d{n}"
+  terms, pw, stmts = [f"(({d}){{}}+{_hex(c)})" for c in coeffs], var, []
+  while len(terms) > 1:
+    terms = [f"tsvc_fma_d{n}({pw}, {terms[j + 1]}, {terms[j]})" if j + 1 < len(terms) else terms[j] for j in range(0, len(terms), 2)]
+    if len(terms) > 1:
+      nxt = f"{name}{2 * (int(pw[len(name):]) if pw != var else 1)}"
+      stmts.append(f"{d} {nxt} = {pw} * {pw};")
+      pw = nxt
+  return stmts, terms[0]
+
+def _poly(n: int, var: str, coeffs: list[float], out: str) -> str:
+  stmts, e = _estrin(n, var, coeffs, f"{out}_{var}")
+  return "".join(f"  {s}\n" for s in stmts) + f"  tsvc_d{n} {out} = {e};\n"
+
+def _tables() -> str:
+  arr = lambda name, xs: f"static const double {name}[16] __attribute__((aligned(64))) = {{{', '.join(map(_hex, xs))}}};\n"
+  return "#ifndef TSVC_MATH_TABLES\n#define TSVC_MATH_TABLES\n#include <string.h>\n" + \
+    "#if defined(__x86_64__) || defined(__i386__)\n#include <immintrin.h>\n#endif\n" + \
+    arr("tsvc_log2_c", LOG2_C) + arr("tsvc_log2_logc", LOG2_LOGC) + "#endif\n"
+
 def _core(n: int) -> str:
   """EXP2, LOG2 and SIN on n double lanes: tsvc_exp2_d{n} & co."""
   d, l = f"tsvc_d{n}", f"tsvc_l{n}"
   s = lambda m, a, b: f"(({d})((({m})&({l}){a})|(~({m})&({l}){b})))"  # lanes of a where mask m is set, else of b
   c = lambda x: f"(({d}){{}}+{x})"  # a constant in every lane (only constants: -0 + 0 is +0)
+  fma = f"tsvc_fma_d{n}"
   magic = "0x1.8p+52"  # adding it rounds a double of magnitude < 2^51 to an integer, kept in the low mantissa bits
-  return f"""static inline {d} tsvc_exp2_d{n}({d} x) {{
+  return _helpers(n) + f"""static inline {d} tsvc_exp2_d{n}({d} x) {{
   x = {s("x > 129.0", c("129.0"), "x")};
   x = {s("x < -152.0", c("-152.0"), "x")};
   {d} t = x + {magic};
   {d} r = x - (t - {magic});
-  {d} p = {_horner("r", EXP2_POLY)};
+{_poly(n, "r", EXP2_Q, "q")}  {d} p = {fma}(r, q, {c("1.0")});
   return p * ({d})((({l})t + 1023) << 52);  /* 2^n from n's bits, the low ones of t */
 }}
 static inline {d} tsvc_log2_d{n}({d} x) {{
-  {l} bits = ({l})x;
-  {d} e = __builtin_convertvector(((bits >> 52) & 0x7ff) - 1023, {d});
-  {d} m = ({d})((bits & 0xfffffffffffffLL) | 0x3ff0000000000000LL);
-  {l} hi = m > 0x1.6a09e667f3bcdp+0;
-  m = {s("hi", "(m * 0.5)", "m")};
-  e = {s("hi", "(e + 1.0)", "e")};
-  {d} sr = (m - 1.0) / (m + 1.0), z = sr * sr;
-  {d} y = e + sr * ({_horner("z", LOG2_POLY)});
+  {l} tmp = ({l})x - {LOG2_OFF:#x}LL;
+  {d} k = __builtin_convertvector(tmp >> 52, {d});
+  {d} z = ({d})(({l})x - (tmp & (long long)0xfff0000000000000ULL));
+  {l} i = (tmp >> 48) & 15;
+  {d} r = z * tsvc_lookup_d{n}(tsvc_log2_c, i) - 1.0;  /* exact: 24 by 21 bits, then a subtraction within [1/2, 2] */
+{_poly(n, "r", LOG2_L, "lp")}  {d} y = {fma}(r, lp, k + tsvc_lookup_d{n}(tsvc_log2_logc, i));
   y = {s("x == 0.0", c("-__builtin_inf()"), "y")};
   y = {s("x < 0.0", c(_NAN), "y")};
   y = {s("x == __builtin_inf()", "x", "y")};
@@ -79,18 +141,16 @@ static inline {d} tsvc_log2_d{n}({d} x) {{
 static inline {d} tsvc_sin_d{n}({d} x) {{
   {d} t = x * {_hex(2 / math.pi)} + {magic};
   {d} k = t - {magic};
-  {d} r = ((x - k * {_hex(_P1)}) - k * {_hex(_P2)}) - k * {_hex(_P3)};
+  {d} r = {fma}(k, {c(_hex(-_P3))}, {fma}(k, {c(_hex(-_P2))}, {fma}(k, {c(_hex(-_P1))}, x)));
   {d} z = r * r;
-  {d} sn = r + r * z * ({_horner("z", SIN_POLY[1:])});
-  {d} cs = {_horner("z", COS_POLY)};
+{_poly(n, "z", SIN_S, "sp")}{_poly(n, "z", COS_C, "cp")}  {d} sn = {fma}(r * z, sp, r);
+  {d} cs = {fma}(z, cp, {c("1.0")});
   {l} q = ({l})t;
   {d} y = {s("((q & 1) != 0)", "cs", "sn")};
   y = {s("((q & 2) != 0)", "-y", "y")};
-  y = {s("x == 0.0", "x", "y")};  /* sin(-0) is -0: the polynomial's r + r*z*p gave +0 */
+  y = {s("x == 0.0", "x", "y")};  /* sin(+-0) is +-0, whatever signs the reduction gave its zeros */
   {l} big = (x > {_hex(SIN_BIG)}) | (x < -{_hex(SIN_BIG)});
-  long long any = 0;
-  for (int i = 0; i < {n}; i++) any |= big[i];
-  if (__builtin_expect(any != 0, 0))
+  if (__builtin_expect(tsvc_any_l{n}(big), 0))
     for (int i = 0; i < {n}; i++) if (big[i]) y[i] = sin(x[i]);  /* the exact fallback */
   return y;
 }}
@@ -116,4 +176,4 @@ def c_source(n: int) -> str:
                       f"#ifdef {DIRECT[n]}\n{_core(n)}{direct}#else\n{split}#endif\n")
   if n == 1:
     body += "".join(f"static inline float tsvc_{fn}f(float x) {{ return tsvc_{fn}_f1((tsvc_f1){{x}})[0]; }}\n" for fn in ("exp2", "log2", "sin"))
-  return (c_source(h) if n > 4 else "") + f"#ifndef TSVC_MATH_{n}\n#define TSVC_MATH_{n}\n{body}#endif\n"
+  return (c_source(h) if n > 4 else _tables()) + f"#ifndef TSVC_MATH_{n}\n#define TSVC_MATH_{n}\n{body}#endif\n"
