@@ -1,6 +1,6 @@
 """The HTTP API in-process (TestClient over a SQLite store): every endpoint's success and bad input, tokens, limits, and a
 schemathesis run over the OpenAPI schema that must find no 5xx."""
-import inspect, json, os, signal, socket, subprocess, sys, time
+import hashlib, inspect, json, os, signal, socket, subprocess, sys, time
 import httpx
 import pytest
 import schemathesis
@@ -9,14 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, result_json
 from tunesvc.api import create_app
-from tunesvc.config import Settings
+from tunesvc.config import Settings, parse_tokens
 
 TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}
 SUB, WRK, ADM = ({"Authorization": f"Bearer {t}"} for t in TOKENS)
 
 
 def make_client(tmp_path, **kw) -> TestClient:
-  return TestClient(create_app(Settings(database_url=f"sqlite:///{tmp_path}/api.db", tokens=TOKENS, **kw)))
+  return TestClient(create_app(Settings(**{"database_url": f"sqlite:///{tmp_path}/api.db", "tokens": TOKENS, **kw})))
 
 @pytest.fixture
 def api(tmp_path):
@@ -27,20 +27,27 @@ def submit(api, kernels, **kw):
   assert r.status_code == 202, r.text
   return r.json()["jobs"]
 
+KEYS: dict[int, str] = {}  # worker id -> the key its (latest) registration answered
+
 def register(api, name="cpu-0", fp=None, h=None, options=None) -> int:
   fp, h = (fp, h) if fp else cpu_fingerprint()
   body = {"name": name, "device": "CPU", "fingerprint": fp, "fingerprint_hash": h, "options": options or cpu_options()}
   r = api.post("/v1/workers", json=body, headers=WRK)
   assert r.status_code == 201, r.text
+  KEYS[r.json()["worker_id"]] = r.json()["worker_key"]
   return r.json()["worker_id"]
 
+def W(wid: int) -> dict:
+  """The headers of a call as worker wid: the worker token and its key."""
+  return {**WRK, "X-Worker-Key": KEYS[wid]}
+
 def claim(api, wid, lease_s=60):
-  r = api.post(f"/v1/workers/{wid}/claim", json={"lease_s": lease_s}, headers=WRK)
+  r = api.post(f"/v1/workers/{wid}/claim", json={"lease_s": lease_s}, headers=W(wid))
   return None if r.status_code == 204 else r.json()
 
 def report(api, wid, job, **kw):
   fp, h = cpu_fingerprint()
-  return api.post(f"/v1/workers/{wid}/report", json={"job_id": job["job_id"], "result": result_json(example_of(job), fp, h, **kw)}, headers=WRK)
+  return api.post(f"/v1/workers/{wid}/report", json={"job_id": job["job_id"], "result": result_json(example_of(job), fp, h, **kw)}, headers=W(wid))
 
 def confirm(api, wid, job, **kw):
   """The worker measures its reported result again (the confirm job, claimed first): then it is served."""
@@ -68,9 +75,9 @@ def test_submit_answers_a_job_per_kernel_and_identical_requests_share_it(api):
   assert {k: got[k] for k in ("job_id", "kernel_key", "state", "error", "result")} == \
          {"job_id": jobs[0]["job_id"], "kernel_key": ks[0].key, "state": "queued", "error": "", "result": None}
   wid, claimed = register(api), []
-  while (r := api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 2}, headers=WRK)).status_code == 200: claimed.append(r.json()["job_id"])
+  while (r := api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 2}, headers=W(wid))).status_code == 200: claimed.append(r.json()["job_id"])
   assert len(claimed) == len(ks) + 1 and versioned["job_id"] not in claimed  # a worker of version 2 leaves it
-  assert api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 1}, headers=WRK).json()["job_id"] == versioned["job_id"]
+  assert api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 1}, headers=W(wid)).json()["job_id"] == versioned["job_id"]
 
 
 def test_submit_names_every_invalid_kernel_by_index_and_json_path(api):
@@ -141,6 +148,13 @@ def test_tokens_and_roles(tmp_path):
     assert api.get(f"/v1/opts/{key}", params={"fingerprint": h}, headers=SUB).status_code == 404
 
 
+def test_the_settings_may_hold_a_token_by_its_digest_alone(tmp_path):
+  digest = hashlib.sha256(b"s3cret").hexdigest()
+  with make_client(tmp_path, tokens=parse_tokens(f"sha256:{digest}:admin # kept as its hash\nplain:submit")) as api:
+    ok = lambda token: api.get("/v1/jobs", headers={"Authorization": f"Bearer {token}"}).status_code
+    assert (ok("s3cret"), ok("plain"), ok(f"sha256:{digest}"), ok(digest), ok("s3creT")) == (200, 200, 401, 401, 401)
+
+
 def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
   k = example("matmul_512")
   job, = submit(api, [k])
@@ -148,7 +162,7 @@ def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
   c = claim(api, wid)
   assert c["job_id"] == job["job_id"] and c["kernel"] == k.to_json() and c["settings"]["beam"] == 2 and c["lease_expires"] > time.time()
   assert claim(api, wid) is None
-  hb = api.post(f"/v1/workers/{wid}/heartbeat", json={"job_id": c["job_id"], "lease_s": 120}, headers=WRK).json()
+  hb = api.post(f"/v1/workers/{wid}/heartbeat", json={"job_id": c["job_id"], "lease_s": 120}, headers=W(wid)).json()
   assert hb["lease_expires"] > c["lease_expires"]
   r = report(api, wid, job).json()
   assert r["state"] == "done" and not r["duplicate"]
@@ -189,7 +203,7 @@ def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
 def test_claims_match_the_worker_fingerprint_and_unknown_workers_are_404(api):
   submit(api, [example("sum_all")], device="CUDA")
   wid = register(api)
-  assert api.post(f"/v1/workers/{wid}/claim", json={}, headers=WRK).status_code == 204
+  assert api.post(f"/v1/workers/{wid}/claim", json={}, headers=W(wid)).status_code == 204
   gpu = register(api, "gpu-0", CUDA_FP, CUDA_HASH, CUDA_OPTIONS)
   assert claim(api, gpu)["device"] == "CUDA"
   r = api.post("/v1/workers/999/claim", json={}, headers=WRK)
@@ -208,7 +222,7 @@ def test_a_job_taken_away_refuses_the_old_workers_heartbeat_and_report(api):
   claim(api, a, lease_s=1)
   time.sleep(1.1)
   assert claim(api, b)["attempts"] == 1  # the lapsed lease was swept and the job claimed again
-  r = api.post(f"/v1/workers/{a}/heartbeat", json={"job_id": job["job_id"]}, headers=WRK)
+  r = api.post(f"/v1/workers/{a}/heartbeat", json={"job_id": job["job_id"]}, headers=W(a))
   assert r.status_code == 409 and r.json()["detail"] == f"job {job['job_id']} is not held by worker {a}: it is running under worker {b}"
   r = report(api, a, job)
   assert r.status_code == 409 and "the lease of worker" in r.json()["detail"]
@@ -220,12 +234,12 @@ def test_failure_reports_requeue_then_fail_with_every_reason_and_release_costs_n
   wid = register(api)
   for reason, state in [("device lost", "queued"), ("out of memory", "failed")]:
     claim(api, wid)
-    assert api.post(f"/v1/workers/{wid}/release", json={"job_id": job_id}, headers=WRK).json()["state"] == "queued"
+    assert api.post(f"/v1/workers/{wid}/release", json={"job_id": job_id}, headers=W(wid)).json()["state"] == "queued"
     claim(api, wid)
-    assert api.post(f"/v1/workers/{wid}/report", json={"job_id": job_id, "error": reason}, headers=WRK).json()["state"] == state
+    assert api.post(f"/v1/workers/{wid}/report", json={"job_id": job_id, "error": reason}, headers=W(wid)).json()["state"] == state
   got = api.get(f"/v1/jobs/{job_id}", headers=SUB).json()
   assert got["state"] == "failed" and got["error"] == f"attempt 1: worker {wid} (cpu-0): device lost\nattempt 2: worker {wid} (cpu-0): out of memory\n"
-  r = api.post(f"/v1/workers/{wid}/release", json={"job_id": job_id}, headers=WRK)
+  r = api.post(f"/v1/workers/{wid}/release", json={"job_id": job_id}, headers=W(wid))
   assert r.status_code == 409 and r.json()["detail"] == f"job {job_id} is not held by worker {wid}: it is failed"
 
 
@@ -237,7 +251,7 @@ def test_reports_are_validated(api):
   good = result_json(example("sum_all"), fp, h)
   def send(**change):  # json.dumps writes NaN and Infinity, as a careless worker's JSON library might
     return api.post(f"/v1/workers/{wid}/report", content=json.dumps({"job_id": job["job_id"], **change}),
-                    headers={**WRK, "Content-Type": "application/json"})
+                    headers={**W(wid), "Content-Type": "application/json"})
   cases = [({"result": {**good, "best_s": float("nan")}}, "best_s: nan is not a finite number"),
            ({"result": {**good, "candidates": [{**good["candidates"][0], "times_s": [1e999]}]}}, "candidates[0].times_s[0]: inf"),
            ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "great"}]}}, '"loc": ["body", "result", "candidates", 0, "status"]'),
@@ -374,6 +388,24 @@ def test_several_api_processes_serve_one_port_and_sum_their_metrics(tmp_path):
   assert all(not p.is_alive() for p in svc.apis) and not os.path.exists(svc.metrics_dir)
 
 
+def test_a_stolen_worker_token_cannot_act_as_another_worker(api):
+  """The worker token is a role; the id in the path is not proof: every call for a worker needs its registration's key."""
+  k, (fp, h) = example("sum_all"), cpu_fingerprint()
+  job, = submit(api, [k])
+  honest, thief = register(api, "honest"), register(api, "honest")  # the same name: a label, not an identity
+  assert KEYS[honest] != KEYS[thief]
+  assert claim(api, honest)["job_id"] == job["job_id"]
+  forged = {"job_id": job["job_id"], "result": result_json(k, fp, h, best_s=1e-5)}
+  for headers in (WRK, W(thief), {**WRK, "X-Worker-Key": KEYS[honest][:-1] + "x"}):  # none, the thief's own, a guess
+    for call, body in [("report", forged), ("report", {"job_id": job["job_id"], "error": "lost"}), ("heartbeat", {"job_id": job["job_id"]}),
+                       ("release", {"job_id": job["job_id"]}), ("claim", {})]:
+      r = api.post(f"/v1/workers/{honest}/{call}", json=body, headers=headers)
+      assert r.status_code == 403 and f"worker {honest}'s key" in r.json()["detail"], (call, r.text)
+  got = api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()
+  assert (got["state"], got["attempts"], got["result"]) == ("running", 0, None)  # untouched: still the honest worker's
+  assert report(api, honest, job).status_code == 200
+
+
 def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_path):
   """The issue's attack with a stolen worker token: a report for a job never claimed, with verified true, best_s 1e-30 and
   opts that do not fit the 1-axis kernel; then a plausible forgery under a real lease, which the second measurement refutes."""
@@ -382,7 +414,7 @@ def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_
     job, = submit(api, [k])
     thief, honest = register(api, "thief"), register(api, "honest")
     lie = {**result_json(k, fp, h), "best_s": 1e-30, "speedup": 2e-3 / 1e-30, "best_opts": [{"op": "UPCAST", "axis": 9, "amt": 7}]}
-    send = lambda wid, j, result: api.post(f"/v1/workers/{wid}/report", json={"job_id": j["job_id"], "result": result}, headers=WRK)
+    send = lambda wid, j, result: api.post(f"/v1/workers/{wid}/report", json={"job_id": j["job_id"], "result": result}, headers=W(wid))
     r = send(thief, job, lie)
     assert r.status_code == 409 and "never leased to worker" in r.json()["detail"]
     assert claim(api, thief)["job_id"] == job["job_id"]

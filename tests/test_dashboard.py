@@ -5,7 +5,7 @@ from pathlib import Path
 import httpx
 import pytest
 from search_results import examples
-from test_api import SUB, WRK, api, claim, confirm, register, report, submit  # noqa: F401 (api is a fixture)
+from test_api import SUB, WRK, W, api, claim, confirm, register, report, submit  # noqa: F401 (api is a fixture)
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package, which `make test` installs; Playwright's own browser downloads are never used
 
@@ -29,7 +29,7 @@ def test_jobs_are_paged_by_state_with_attempts_errors_and_counts(api):
   wid = register(api)
   assert [claim(api, wid)["job_id"] for _ in range(3)] == [d["job_id"], a["job_id"], b["job_id"]]
   assert report(api, wid, a).status_code == 200
-  api.post(f"/v1/workers/{wid}/report", json={"job_id": b["job_id"], "error": "device lost", "retry": False}, headers=WRK)
+  api.post(f"/v1/workers/{wid}/report", json={"job_id": b["job_id"], "error": "device lost", "retry": False}, headers=W(wid))
   page = api.get("/v1/jobs", headers=SUB).json()
   assert page["counts"] == {"done": 1, "failed": 1, "running": 1, "queued": 2} and page["next_offset"] is None  # a's confirm job waits
   check = page["jobs"][0]

@@ -308,18 +308,71 @@ def test_a_result_is_served_once_a_second_measurement_confirms_it(store, cpu_wor
   with store.read() as s: assert (s.get(Result, res.id).status, s.get(Result, res.id).confirmed_by) == ("confirmed", reads.job(store, c.id)[1].id)
 
 
-@pytest.mark.parametrize("measured", [dict(best_s=5e-3), dict(verified=False)])
-def test_a_second_measurement_that_disagrees_refutes_the_result_and_fails_its_job(store, cpu_worker, measured):
-  k, (fp, h) = example("matmul_512"), cpu_fingerprint()
+def measured(k, baseline_s: float, best_s: float, **kw):
+  """A confirm job's measurement: the opts and the hand-coded baseline, timed interleaved in one run."""
+  r = search_result(k, *cpu_fingerprint(), best_s=best_s, **kw)
+  r.baseline_s, r.speedup = baseline_s, baseline_s / best_s
+  return r
+
+@pytest.mark.parametrize("measurement, why", [
+  (dict(baseline_s=2e-3, best_s=2.5e-3), "more than 50% apart"),        # the same baseline, the opts far slower than claimed
+  (dict(baseline_s=0.2, best_s=0.1), "past the 4x a busier machine"),   # the claim's speedup, but its times are not this device's
+  (dict(baseline_s=2e-3, best_s=1e-3, verified=False), "did not verify")])
+def test_a_second_measurement_that_disagrees_refutes_the_result_and_fails_its_job(store, cpu_worker, measurement, why):
+  k, h = example("matmul_512"), cpu_worker.fingerprint_hash
+  (job, _), = queue.submit(store, [k], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  res, _ = report(store, cpu_worker, job.id, confirm=False)  # claims 1e-3 s against a baseline of 2e-3 s
+  c, _ = queue.claim(store, cpu_worker.id, 60)
+  queue.report(store, cpu_worker.id, c.id, measured(k, **measurement))
+  j, r = reads.job(store, job.id)
+  assert r.status == "refuted" and j.state == "failed" and f"result {res.id} refuted" in j.error and why in j.error
+  assert reads.lookup(store, [k.key], h) == {}
+  (again, _), = queue.submit(store, [k], "CPU", {})  # a new request searches again
+  assert again.id != job.id and again.state == "queued"
+
+
+@pytest.mark.parametrize("scale", [3.0, 0.4])
+def test_a_busier_or_quieter_confirmer_confirms_a_true_result(store, cpu_worker, scale):
+  """Both of the confirmation's times are `scale` times the claim's (another load on the machine): its speedup over the baseline
+  it timed alongside agrees, so the result is served; absolute times alone would refute it."""
+  k, h = example("matmul_512"), cpu_worker.fingerprint_hash
   (job, _), = queue.submit(store, [k], "CPU", {})
   queue.claim(store, cpu_worker.id, 60)
   res, _ = report(store, cpu_worker, job.id, confirm=False)
   c, _ = queue.claim(store, cpu_worker.id, 60)
-  queue.report(store, cpu_worker.id, c.id, search_result(k, fp, h, **measured))
+  queue.report(store, cpu_worker.id, c.id, measured(k, baseline_s=2e-3 * scale, best_s=1.1e-3 * scale))
+  with store.read() as s: assert s.get(Result, res.id).status == "confirmed"
+  assert reads.lookup(store, [k.key], h)[k.key].best_s == 1e-3
+
+
+def test_a_busy_device_puts_the_job_back_to_wait_without_spending_an_attempt_a_bounded_number_of_times(store, cpu_worker):
+  k = example("sum_all")
+  (job, _), = queue.submit(store, [k], "CPU", {}, max_attempts=1)
+  backoff = queue.Backoff(retries=2, first_s=30, max_s=40)
+  for n, wait_s in [(1, 30), (2, 40)]:
+    assert queue.claim(store, cpu_worker.id, 60)[0].id == job.id
+    t = time.time()
+    j = queue.fail(store, cpu_worker.id, job.id, "device busy: 1.5 cores", busy=backoff)
+    assert (j.state, j.attempts, j.busy) == ("queued", 0, n) and t + wait_s - 1 < j.not_before < time.time() + wait_s + 1
+    assert queue.claim(store, cpu_worker.id, 60) is None  # not before its wait is over
+    with store.write() as s: s.get(Job, job.id).not_before = time.time() - 1
+  queue.claim(store, cpu_worker.id, 60)
+  j = queue.fail(store, cpu_worker.id, job.id, "device busy: 1.5 cores", busy=backoff)
+  assert j.state == "failed" and "busy 3 times: no more waits" in j.error.splitlines()[-1] and j.error.count("again after") == 2
+
+
+def test_a_confirmation_the_busy_device_never_gets_to_run_fails_its_result_with_the_reason(store, cpu_worker):
+  """A kernel ends served or failed with a reason: a confirm job out of busy waits refutes its result, failing its search's job."""
+  k, h = example("sum_all"), cpu_worker.fingerprint_hash
+  (job, _), = queue.submit(store, [k], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  res, _ = report(store, cpu_worker, job.id, confirm=False)
+  c, _ = queue.claim(store, cpu_worker.id, 60)
+  queue.fail(store, cpu_worker.id, c.id, "device busy: 1.5 cores", busy=queue.Backoff(retries=0))
   j, r = reads.job(store, job.id)
-  assert r.status == "refuted" and j.state == "failed" and f"result {res.id} refuted" in j.error and reads.lookup(store, [k.key], h) == {}
-  (again, _), = queue.submit(store, [k], "CPU", {})  # a new request searches again
-  assert again.id != job.id and again.state == "queued"
+  assert (j.state, r.status) == ("failed", "refuted") and f"its confirm job {c.id} failed" in j.error and "device busy" in j.error
+  assert reads.lookup(store, [k.key], h) == {}
 
 
 def test_a_fleet_confirms_on_another_worker(store, cpu_worker):

@@ -1,11 +1,19 @@
 """Workers against a real server: a job searched and reported end to end, SIGTERM giving the job back, and a worker
 killed with SIGKILL mid-search whose job another worker finishes once the lease expires."""
 import os, signal, socket, subprocess, sys, threading, time
+import pytest
+from search_results import cpu_fingerprint, search_result
 from linearizer import reference
 from linearizer.builders import reduce
 from linearizer.compare import compare
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel
+from devices import cpu
+from search.settings import FinalSettings, MeasureSettings, OnBusy, SearchSettings
+from search.tune import DeviceBusy
 from tunesvc import runtime
 from tunesvc.client import Client
+from workers import confirm as confirming
 from workers.worker import Worker
 
 SEARCH = {"beam": 2, "budget_candidates": 8, "min_time_s": 0.005, "final_rounds": 3}
@@ -130,3 +138,37 @@ def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp
     searched.join(60)
     api.terminate()
     api.wait(30)
+
+
+class BusyMachine:
+  """search.load.OtherLoad where the rest of the machine keeps 1.5 cores busy whenever the confirmation times."""
+  def __init__(self, *pids): pass
+  def cores(self) -> float: return 1.5
+
+@pytest.fixture
+def busy_machine(monkeypatch):
+  monkeypatch.setattr(confirming, "OtherLoad", BusyMachine)
+  monkeypatch.setattr(confirming, "wait_quiet", lambda *a: (0.0, 1.5))  # the wait for a quiet second, over at once
+
+def test_a_confirmation_on_a_busy_machine_is_redone_then_refused_as_busy(busy_machine):
+  k = reduce("SUM", (64, 256), (1,))
+  opts = [o.to_json() for o in hand_coded_optimizations(Kernel(k, cpu.options()))]
+  def settings(on_busy):
+    return SearchSettings(measure=MeasureSettings(min_time_s=0.002), final=FinalSettings(final_rounds=2, busy_retries=1, on_busy=on_busy))
+  with pytest.raises(DeviceBusy, match="1.50 cores busy .* through 2 confirmation runs"): confirming.confirm(k, "CPU", opts, settings(OnBusy.REFUSE))
+  assert confirming.confirm(k, "CPU", opts, settings(OnBusy.STORE)).verified  # a machine known to be shared: measured as it is
+
+
+def test_a_worker_gives_a_busy_confirmation_back_to_wait_without_spending_an_attempt(server, busy_machine, monkeypatch):
+  monkeypatch.setenv("TUNESVC_ON_BUSY", "refuse")
+  k, (fp, h) = reduce("SUM", (64, 256), (1,)), cpu_fingerprint()
+  with Client(server, "sub") as user, Client(server, "wrk") as wc:
+    job, = user.submit([k], "CPU", SEARCH)
+    searcher = wc.register("searcher", "CPU", fp, h, cpu.options().to_json())
+    wc.claim(searcher)
+    wc.report(searcher, job["job_id"], search_result(k, fp, h, best_s=1e-5))
+    w = Worker(wc, "CPU")
+    assert w.run(max_jobs=1) == 1  # the confirm job, given back
+    c = user.job(job["job_id"] + 1)
+    assert c["kind"] == "confirm" and (c["state"], c["attempts"]) == ("queued", 0) and "busy 1: " in c["error"] and "device busy" in c["error"], c
+    assert wc.claim(w.id) is None  # it waits before anyone claims it again

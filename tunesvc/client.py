@@ -31,6 +31,7 @@ class Client:
     self.lookup_timeout, self.cache, self.refresh_s = lookup_timeout, OptsCache(cache_dir), refresh_s
     self._ask_after: dict[tuple[str, str, int], float] = {}  # misses not to ask about again yet
     self._down_until = 0.0
+    self.worker_keys: dict[int, str] = {}  # what the workers registered through this client prove themselves with
 
   def close(self) -> None: self.http.close()
   def __enter__(self) -> Client: return self
@@ -81,28 +82,35 @@ class Client:
   # workers
   def register(self, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict) -> int:
     """options: the device's LinearizerOptions JSON, which the service checks reported opts against."""
-    return self._call("POST", "/v1/workers", json={"name": name, "device": device, "fingerprint": fingerprint,
-                                                    "fingerprint_hash": fingerprint_hash, "options": options}).json()["worker_id"]
+    out = self._call("POST", "/v1/workers", json={"name": name, "device": device, "fingerprint": fingerprint,
+                                                   "fingerprint_hash": fingerprint_hash, "options": options}).json()
+    self.worker_keys[out["worker_id"]] = out["worker_key"]
+    return out["worker_id"]
+
+  def _as_worker(self, worker_id: int, call: str, body: dict) -> httpx.Response:
+    key = self.worker_keys.get(worker_id)
+    return self._call("POST", f"/v1/workers/{worker_id}/{call}", json=body, headers={"X-Worker-Key": key} if key else {})
 
   def claim(self, worker_id: int, lease_s: float = 60.0, action_space_version: Optional[int] = None) -> Optional[dict]:
     """{"job_id", "kernel_key", "kernel", "settings", "lease_expires", ...}, or None when no job waits for this device
     (and, given the worker's action-space version, for that version)."""
-    r = self._call("POST", f"/v1/workers/{worker_id}/claim", json={"lease_s": lease_s, "action_space_version": action_space_version})
+    r = self._as_worker(worker_id, "claim", {"lease_s": lease_s, "action_space_version": action_space_version})
     return None if r.status_code == 204 else r.json()
 
   def heartbeat(self, worker_id: int, job_id: int, lease_s: float = 60.0) -> dict:
     """Extends the lease; ServiceError 409 when the job was taken away (stop searching it)."""
-    return self._call("POST", f"/v1/workers/{worker_id}/heartbeat", json={"job_id": job_id, "lease_s": lease_s}).json()
+    return self._as_worker(worker_id, "heartbeat", {"job_id": job_id, "lease_s": lease_s}).json()
 
   def report(self, worker_id: int, job_id: int, result: Reportable) -> dict:
     """Idempotent: reporting again returns the stored result with "duplicate": true."""
-    return self._call("POST", f"/v1/workers/{worker_id}/report", json={"job_id": job_id, "result": result.to_json()}).json()
+    return self._as_worker(worker_id, "report", {"job_id": job_id, "result": result.to_json()}).json()
 
-  def fail(self, worker_id: int, job_id: int, reason: str, retry: bool = True) -> dict:
-    return self._call("POST", f"/v1/workers/{worker_id}/report", json={"job_id": job_id, "error": reason, "retry": retry}).json()
+  def fail(self, worker_id: int, job_id: int, reason: str, retry: bool = True, busy: bool = False) -> dict:
+    """busy: the device was too busy to time on (the job waits a while instead of spending an attempt)."""
+    return self._as_worker(worker_id, "report", {"job_id": job_id, "error": reason, "retry": retry, "busy": busy}).json()
 
   def release(self, worker_id: int, job_id: int) -> dict:
-    return self._call("POST", f"/v1/workers/{worker_id}/release", json={"job_id": job_id}).json()
+    return self._as_worker(worker_id, "release", {"job_id": job_id}).json()
 
   # admins
   def invalidate(self, reason: str, result_id: Optional[int] = None, kernel_key: Optional[str] = None, worker_id: Optional[int] = None) -> dict:

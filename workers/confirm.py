@@ -1,5 +1,8 @@
 """A confirm job: measure one result's opts again, on this worker's device, against the hand-coded baseline -- the second,
-independent measurement without which the service serves no result (tunesvc/store/proof.py)."""
+independent measurement without which the service serves no result (tunesvc/store/proof.py, which compares the two runs
+each relative to its own baseline). A contended confirmation on the CPU is redone once the machine is quiet, as the
+search's final check is (search/settings.py OnBusy), and one that stays contended raises DeviceBusy: the worker gives
+the job back to wait a while, and the store bounds how often (tunesvc/store/queue.py Backoff)."""
 from __future__ import annotations
 import importlib, statistics, tempfile, threading, time
 from pathlib import Path
@@ -12,8 +15,9 @@ from linearizer.kernel import Kernel
 from linearizer.lower import lower
 from search.result import Candidate, SearchResult, Status
 from search.runner import Runner, write_case
-from search.settings import SearchSettings
-from search.tune import SearchError, SearchStopped
+from search.load import OtherLoad, wait_quiet
+from search.settings import OnBusy, SearchSettings
+from search.tune import DeviceBusy, SearchError, SearchStopped, _drift
 
 CONFIRM_KEYS = ("opts", "confirms")  # what a confirm job's settings carry besides its search's
 
@@ -40,12 +44,23 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
       c.status, c.times_s, c.error, c.verified = m.status, m.times_s, m.error, m.verified
       if c.status is not Status.OK: raise SearchError(f"opts {c.opts} do not run here: {c.status} {c.error}".strip())
       check_stop()
-    rounds: list[list[float]] = [[], []]
-    for r in range(settings.final.final_rounds):
-      for i in (r % 2, 1 - r % 2):  # alternating which runs first
-        m = runner.measure(libs[i], "kernel", check=False, timeout_s=max(10.0, 50 * min(cands[i].times_s)), min_time_s=ms.min_time_s / 2, min_runs=1)
-        if m.status is Status.OK: rounds[i].append(min(m.times_s))
-      check_stop()
+    fs = settings.final
+    for attempt in range(1 + (fs.busy_retries if fs.on_busy == OnBusy.REFUSE else 0)):
+      quiet_by = time.monotonic() + fs.quiet_wait_s * (attempt > 0)  # a second at a time, so that a stop is seen
+      while time.monotonic() < quiet_by and wait_quiet(fs.busy_load, 0, runner.pid)[1] >= fs.busy_load: check_stop()
+      load = OtherLoad(runner.pid)
+      rounds: tuple[list[float], list[float]] = ([], [])  # the baseline's times, the opts'
+      for r in range(fs.final_rounds):
+        for i in (r % 2, 1 - r % 2):  # alternating which runs first
+          m = runner.measure(libs[i], "kernel", check=False, timeout_s=max(10.0, 50 * min(cands[i].times_s)), min_time_s=ms.min_time_s / 2,
+                             min_runs=1)
+          if m.status is Status.OK: rounds[i].append(min(m.times_s))
+        check_stop()
+      other, drift = load.cores(), _drift(rounds[0])
+      if not (contended := options.device == "CPU" and (other >= fs.busy_load or drift > fs.max_drift)): break
+    if contended and fs.on_busy == OnBusy.REFUSE:
+      raise DeviceBusy(f"the rest of the machine kept {other:.2f} cores busy (the baseline drifted {drift:.0%}) through {attempt + 1} "
+                       "confirmation runs")
   if not all(rounds): raise SearchError("the final re-timing failed")
   base_s, best_s = statistics.median(rounds[0]), statistics.median(rounds[1])
   ratios = [b / w for b, w in zip(*rounds)] or [base_s / best_s]

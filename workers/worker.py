@@ -77,8 +77,8 @@ class Worker:
     except SearchStopped:
       if not lost.is_set(): self.deliver(jid, "release", lambda: self.client.release(self.id, jid))  # stopping: no attempt spent
       return False
-    except DeviceBusy as e:  # back to the queue with the reason: another attempt, later, may find the machine quiet
-      return self.fail(jid, f"device busy: {e}", retry=True)
+    except DeviceBusy as e:  # back to the queue with the reason, to wait a while: later the machine may be quiet
+      return self.fail(jid, f"device busy: {e}", retry=True, busy=True)
     except (KernelValidationError, SearchError, RenderBug, MemoryError) as e:  # the same input fails the same way: no retry
       return self.fail(jid, f"{type(e).__name__}: {e}", retry=False)
     except Exception as e:
@@ -91,9 +91,9 @@ class Worker:
       log.info("job %s: %s %.3g ms -> %.3g ms", jid, job["kernel_key"][:12], result.baseline_s * 1e3, result.best_s * 1e3)
     return True
 
-  def fail(self, jid: int, reason: str, retry: bool) -> bool:
+  def fail(self, jid: int, reason: str, retry: bool, busy: bool = False) -> bool:
     """Report the attempt failed (the reason bound here, not an except clause's name a deferred call would lose)."""
-    return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, reason, retry=retry))
+    return self.deliver(jid, "failure", lambda: self.client.fail(self.id, jid, reason, retry=retry, busy=busy))
 
   def deliver(self, jid: int, what: str, call: Callable[[], object]) -> bool:
     """Send a finished job's outcome, riding out the service being away (network errors, 5xx: again after a backoff that

@@ -230,7 +230,9 @@ class RegisterRequest(Request):
   options: dict[str, Any] = Field(description="the device module's options().to_json(): the LinearizerOptions whose opts its results "
                                   "may use; the first worker of a fingerprint registers them, every later one must send the same")
 
-class WorkerOut(BaseModel): worker_id: int
+class WorkerOut(BaseModel):
+  worker_id: int
+  worker_key: str = Field(description="send it as X-Worker-Key with every later call for this worker: it alone proves the worker")
 
 class ClaimRequest(Request):
   lease_s: LeaseS = 60.0
@@ -273,6 +275,8 @@ class ReportRequest(BaseModel):
   result: Optional[Annotated[SearchResult, AfterValidator(_result)]] = Field(None, description="the finished search (search/result.py's JSON)")
   error: Optional[str] = Field(None, min_length=1, max_length=65536, description="why the attempt failed, instead of a result")
   retry: bool = Field(True, description="with error: whether another attempt may succeed")
+  busy: bool = Field(False, description="with error: the device was too busy to time on; no attempt is spent, the job waits "
+                                        "(doubling delays, a bounded number of times) before it may be claimed again")
 
   @model_validator(mode="after")
   def _one(self) -> ReportRequest:

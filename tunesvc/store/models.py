@@ -60,6 +60,7 @@ class Worker(Base):
   fingerprint_hash: Mapped[str] = mapped_column(ForeignKey("fingerprints.hash"))
   last_heartbeat: Mapped[float]
   state: Mapped[str] = mapped_column(String(16))  # idle | busy
+  key_hash: Mapped[Optional[str]] = mapped_column(Hash)  # sha256 of the key its registration was given: it proves it is this worker
 
 
 class Job(Base):
@@ -84,6 +85,8 @@ class Job(Base):
   confirms: Mapped[Optional[int]]     # a confirm job: the result whose opts it measures again
   avoid_worker: Mapped[Optional[int]]  # a confirm job: the worker that may not claim it (the one that made the result)
   last_owner: Mapped[Optional[int]]   # the worker whose lease lapsed last: it alone may still report the queued job
+  not_before: Mapped[Optional[float]]  # refused as "device busy": no claim before then (queue.Backoff)
+  busy: Mapped[int] = mapped_column(Integer, default=0)  # "device busy" refusals so far: bounded apart from failed attempts
   __table_args__ = (
     Index("ix_jobs_claim", "state", "device", "priority"),
     # identical requests share a job: one that is not failed per (kernel, selector, settings)

@@ -6,8 +6,12 @@ values must be the kernel's; every time must be finite, positive and no faster t
 with generous peaks: no device moves data or computes faster); the winner must be a verified candidate of its own search.
 
 A verified result is then only `unconfirmed`: a confirm job measures its opts again on the same fingerprint (with
-`confirm_on_other_worker`, on another worker; the embedded default with one worker re-measures on that worker) and it
-is served once that measurement is verified and its time within `confirm_tolerance` of the claim.
+`confirm_on_other_worker`, on another worker; the embedded default with one worker re-measures on that worker), timed
+interleaved with the hand-coded baseline, and it is served once that measurement is verified and agrees with the claim.
+Agreeing is relative to the baseline of each run: a confirmer on a busier (or quieter) machine measures both slower (or
+faster) alike, so its time is compared with the claim's scaled by the two baselines' ratio, within `confirm_tolerance`;
+and that ratio itself must lie within `confirm_baseline_factor` either way, or the claim's times are not this
+fingerprint's (a report may lie about both of its times, never about how fast the hand-coded schedule runs here).
 """
 from __future__ import annotations
 import math
@@ -26,14 +30,23 @@ class Proof:
   max_flops_per_s: float = 1e16     # 10 PFLOP/s: beyond any one device's dense peak
   max_bytes_per_s: float = 2e13     # 20 TB/s: beyond any one device's memory (or a CPU's summed L1) bandwidth
   min_kernel_s: float = 1e-8        # no launch, timed by any clock we use, takes less
-  confirm_tolerance: float = 0.5    # the confirmation's time may differ from the claim by this share (of the larger)
+  confirm_tolerance: float = 0.5    # the confirmation's time may differ from the scaled claim by this share (of the larger)
+  confirm_baseline_factor: float = 4.0  # the confirmation's baseline may be this many times slower or faster than the claim's
   confirm_on_other_worker: bool = False  # a fleet sets it: a worker never confirms its own result
 
   def floor_s(self, flops: int, nbytes: int) -> float:
     return max(self.min_kernel_s, flops / self.max_flops_per_s, nbytes / self.max_bytes_per_s)
 
-  def agrees(self, claimed_s: float, measured_s: float) -> bool:
-    return abs(claimed_s - measured_s) <= self.confirm_tolerance * max(claimed_s, measured_s)
+  def disagreement(self, claimed: tuple[float, float], measured: tuple[float, float]) -> str | None:
+    """Why a measurement (baseline_s, best_s), timed interleaved in one run, does not confirm the claimed one; None if it does."""
+    (cb, ct), (mb, mt) = claimed, measured
+    if not 1 / self.confirm_baseline_factor <= (scale := mb / cb) <= self.confirm_baseline_factor:
+      return (f"its baseline took {mb:.4g} s, the claim's {cb:.4g} s: {scale:.3g}x, past the {self.confirm_baseline_factor:g}x "
+              "a busier machine explains")
+    if abs((expected := ct * scale) - mt) > self.confirm_tolerance * max(expected, mt):
+      return (f"it took {mt:.4g} s against its baseline's {mb:.4g} s ({mb / mt:.3g}x), the claim {ct:.4g} s against {cb:.4g} s ({cb / ct:.3g}x): "
+              f"more than {self.confirm_tolerance:.0%} apart")
+    return None
 
 
 def options_of(d: dict) -> LinearizerOptions:

@@ -7,6 +7,13 @@ waiting; on SQLite every write transaction is BEGIN IMMEDIATE, so claims run one
 
 Failures: an expired lease or a reported failure costs one attempt and re-queues the job; the last attempt fails it.
 `error` keeps one line per failed attempt. Releasing (a worker shutting down) re-queues without costing an attempt.
+A worker that found its device too busy to time on (search/settings.py OnBusy) reports the failure as busy: that costs no
+attempt, and the job waits (Backoff: doubling delays, `not_before`) before any worker may claim it again -- the machine may
+be quiet by then -- up to Backoff.retries times; the next busy refusal fails it with every reason.
+
+Workers: registration gives a worker its id and a key (kept as its sha256); the API passes the key each worker call
+carries, and a call for a worker whose key it is not is Forbidden -- a worker token lets anyone register a worker of
+their own, never act as another. In-process callers pass no key (they are the service).
 
 Reports: accepted from the current lease holder only -- while the job runs under the reporting worker, or while it is
 queued again after that worker's own lease lapsed and no one has claimed it since (a finished, verified search is kept, not
@@ -22,7 +29,8 @@ worker's and those it confirmed): they leave the best, the next confirmed result
 with the reason and a new search of each is queued.
 """
 from __future__ import annotations
-import hashlib, json, time
+import hashlib, hmac, json, time
+from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
@@ -35,6 +43,17 @@ from tunesvc.store.models import NOT_FAILED, Base, Best, Fingerprint, Job, Kerne
 class NotFound(LookupError): pass
 class Conflict(RuntimeError): pass     # the job's state refuses the request
 class Invalid(ValueError): pass        # the request contradicts what the store holds
+class Forbidden(PermissionError): pass  # a worker call without that worker's key
+
+
+@dataclass(frozen=True)
+class Backoff:
+  """How long a job refused as "device busy" waits before its next claim: first_s, doubling, at most max_s; after `retries`
+  such waits the next refusal fails it (the sum of the waits bounds how long a busy machine may hold a kernel unanswered)."""
+  retries: int = 6
+  first_s: float = 30.0
+  max_s: float = 480.0
+  def delay_s(self, n: int) -> float: return min(self.first_s * 2 ** (n - 1), self.max_s)
 
 
 def settings_hash(settings: dict) -> str: return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
@@ -45,11 +64,19 @@ def _get(s: Session, model: type[Row], ident: Any, lock: bool = False) -> Row:
   if (row := s.get(model, ident, with_for_update=lock)) is None: raise NotFound(f"{model.__tablename__[:-1]} {ident} not found")
   return row
 
-def _worker(s: Session, worker_id: int) -> tuple[Worker, Fingerprint]:
+def key_hash(key: str) -> str: return hashlib.sha256(key.encode()).hexdigest()
+
+def _proven_worker(w: Worker, key: Optional[str]) -> Worker:
+  """The worker, unless `key` (a caller's claim to be it) is not its registration's key."""
+  if key is not None and not (w.key_hash is not None and hmac.compare_digest(w.key_hash, key_hash(key))):
+    raise Forbidden(f"this is not worker {w.id}'s key" if w.key_hash is not None else f"worker {w.id} has no key: register again")
+  return w
+
+def _worker(s: Session, worker_id: int, key: Optional[str] = None) -> tuple[Worker, Fingerprint]:
   q = select(Worker, Fingerprint).join(Fingerprint, Fingerprint.hash == Worker.fingerprint_hash).where(Worker.id == worker_id)
   if (row := s.execute(q).first()) is None: raise NotFound(f"worker {worker_id} not found")
   w, fp = row
-  return w, fp
+  return _proven_worker(w, key), fp
 
 
 def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, priority: int = 0,
@@ -76,9 +103,10 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
   return [jobs[k.key] for k in kernels]
 
 
-def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict) -> Worker:
+def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict, key: Optional[str] = None) -> Worker:
   """A worker of this fingerprint (its hash must be the devices' sha256 of its sorted JSON) whose linearizer runs under
-  `options` (LinearizerOptions JSON): the first worker of a fingerprint registers them, every later one must agree."""
+  `options` (LinearizerOptions JSON): the first worker of a fingerprint registers them, every later one must agree.
+  `key`: what its later calls must carry (kept as its sha256)."""
   t = time.time()
   if fingerprint_hash != (h := settings_hash(fingerprint)): raise Invalid(f"fingerprint_hash {fingerprint_hash} is not the fingerprint's hash {h}")
   try: proof.options_of(options)
@@ -90,7 +118,8 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
     if fp.json != fingerprint: raise Invalid(f"fingerprint {fingerprint_hash} is registered with a different fingerprint")
     if fp.options is None: fp.options = options  # registered before options were
     elif fp.options != options: raise Invalid(f"fingerprint {fingerprint_hash} is registered with other LinearizerOptions: {fp.options}")
-    s.add(w := Worker(name=name, device=device, fingerprint_hash=fingerprint_hash, last_heartbeat=t, state="idle"))
+    s.add(w := Worker(name=name, device=device, fingerprint_hash=fingerprint_hash, last_heartbeat=t, state="idle",
+                      key_hash=None if key is None else key_hash(key)))
   return w
 
 
@@ -125,14 +154,16 @@ def expire(st: Store) -> int:
   with st.write() as s: return _expire(s, time.time())
 
 
-def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optional[int] = None) -> tuple[Job, Kernel] | None:
+def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optional[int] = None,
+          key: Optional[str] = None) -> tuple[Job, Kernel] | None:
   """The next job for the worker's fingerprint; with its action-space version, none that asks for another version."""
   t = time.time()
   with st.write() as s:
+    w, fp = _worker(s, worker_id, key)
     _expire(s, t)
-    w, fp = _worker(s, worker_id)
     q = select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)),
-                                                                             or_(Job.avoid_worker.is_(None), Job.avoid_worker != w.id))
+                                                                             or_(Job.avoid_worker.is_(None), Job.avoid_worker != w.id),
+                                                                             or_(Job.not_before.is_(None), Job.not_before <= t))
     if action_space_version is not None:
       asked = Job.settings["action_space_version"].as_integer()
       q = q.where(or_(asked.is_(None), asked == action_space_version))
@@ -140,40 +171,50 @@ def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optio
     w.last_heartbeat, w.state = t, "idle" if got is None else "busy"
     if got is None: return None
     job, kernel = got
-    job.state, job.lease_owner, job.lease_expires, job.started, job.last_owner = "running", w.id, t + lease_s, t, None
+    job.state, job.lease_owner, job.lease_expires, job.started, job.last_owner, job.not_before = "running", w.id, t + lease_s, t, None, None
     return job, kernel
 
 
-def _held(s: Session, worker_id: int, job_id: int, t: float) -> tuple[Worker, Job]:
+def _held(s: Session, worker_id: int, job_id: int, t: float, key: Optional[str]) -> tuple[Worker, Job]:
   """The worker and its job, locked; Conflict unless the job runs under that worker."""
-  w, job = _get(s, Worker, worker_id), _get(s, Job, job_id, lock=True)
+  w = _proven_worker(_get(s, Worker, worker_id), key)
+  job = _get(s, Job, job_id, lock=True)
   w.last_heartbeat = t
   if job.state != "running" or job.lease_owner != w.id:
     raise Conflict(f"job {job_id} is not held by worker {worker_id}: it is {job.state}"
                    + (f" under worker {job.lease_owner}" if job.lease_owner is not None else ""))
   return w, job
 
-def heartbeat(st: Store, worker_id: int, job_id: int, lease_s: float) -> Job:
+def heartbeat(st: Store, worker_id: int, job_id: int, lease_s: float, key: Optional[str] = None) -> Job:
   """Extend the lease; Conflict if the job was taken away (its lease lapsed and it was re-queued, claimed or ended)."""
   t = time.time()
   with st.write() as s:
-    _, job = _held(s, worker_id, job_id, t)
+    _, job = _held(s, worker_id, job_id, t, key)
     job.lease_expires = t + lease_s
   return job
 
-def release(st: Store, worker_id: int, job_id: int) -> Job:
+def release(st: Store, worker_id: int, job_id: int, key: Optional[str] = None) -> Job:
   """Back to the queue without costing an attempt: the worker is shutting down, the job did nothing wrong."""
   with st.write() as s:
-    w, job = _held(s, worker_id, job_id, time.time())
+    w, job = _held(s, worker_id, job_id, time.time(), key)
     job.state, job.lease_owner, job.lease_expires, job.last_owner, w.state = "queued", None, None, None, "idle"
   return job
 
-def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True) -> Job:
-  """The attempt failed: re-queued while attempts remain (and retry), failed with every reason after that."""
+def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True, busy: Optional[Backoff] = None,
+         key: Optional[str] = None) -> Job:
+  """The attempt failed: re-queued while attempts remain (and retry), failed with every reason after that. With `busy`
+  (the device was too busy to time on), it costs no attempt: the job waits busy.delay_s before its next claim, and fails
+  once busy.retries such waits are spent."""
   t = time.time()
   with st.write() as s:
-    w, job = _held(s, worker_id, job_id, t)
-    _attempt_failed(s, job, f"worker {w.id} ({w.name}): {reason}", t, retry)
+    w, job = _held(s, worker_id, job_id, t, key)
+    why = f"worker {w.id} ({w.name}): {reason}"
+    if busy is None: _attempt_failed(s, job, why, t, retry)
+    elif job.busy >= busy.retries: _attempt_failed(s, job, f"{why} (busy {job.busy + 1} times: no more waits)", t, retry=False)
+    else:
+      job.busy += 1
+      job.error += f"busy {job.busy}: {why}; again after {busy.delay_s(job.busy):.0f} s\n"
+      job.state, job.not_before, job.lease_owner, job.lease_expires, job.last_owner = "queued", t + busy.delay_s(job.busy), None, None, None
     w.state = "idle"
   return job
 
@@ -204,11 +245,12 @@ def _may_report(s: Session, job: Job, worker_id: int) -> Optional[Result]:
     raise Conflict(f"job {job.id} is queued and was never leased to worker {worker_id} (or it gave the job back): claim it first")
   return None
 
-def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Proof = proof.Proof()) -> tuple[Result, bool]:
+def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Proof = proof.Proof(),
+           key: Optional[str] = None) -> tuple[Result, bool]:
   """Store a finished search: (the result row, whether it was stored before by this same report)."""
   t = time.time()
   with st.read() as s:
-    _worker(s, worker_id)
+    _worker(s, worker_id, key)
     if (prev := _may_report(s, _get(s, Job, job_id), worker_id)) is not None: return prev, True
   _proven(st, worker_id, job_id, r, pf)
   with st.write() as s:
@@ -241,8 +283,8 @@ def _settle(st: Store, s: Session, job: Job, measured: Result, pf: proof.Proof, 
   if claimed.status != "unconfirmed": return  # invalidated meanwhile
   claimed.confirmed_by = measured.id
   if not measured.verified: return _refute(s, claimed.id, f"the confirm measurement {measured.id} did not verify", t)
-  if not pf.agrees(claimed.best_s, measured.best_s):
-    return _refute(s, claimed.id, f"the confirm measurement {measured.id} took {measured.best_s:.4g} s, the claim {claimed.best_s:.4g} s", t)
+  if (why := pf.disagreement((claimed.baseline_s, claimed.best_s), (measured.baseline_s, measured.best_s))) is not None:
+    return _refute(s, claimed.id, f"the confirm measurement {measured.id} disagrees: {why}", t)
   claimed.status = "confirmed"
   _promote(st, s, claimed)
 
