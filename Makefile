@@ -14,19 +14,23 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-.PHONY: demo test test-quick lint deps tinygrad-tests
+.PHONY: demo test test-quick test-exhaustive lint deps tinygrad-tests
 demo: $(STAMP)
 	$(VENV)/bin/tunesvc demo $(DEMO_ARGS)
 
-# The whole suite, as CI runs it: every test but the timing-dependent ones spread over the cores (pytest-xdist), then the
-# timing-dependent ones alone, so nothing else shares the cores they measure on.
+# The suite, as CI runs it: every test but the timing-dependent and the exhaustive ones spread over the cores
+# (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on.
 test: $(STAMP) deps $(TG_STAMP)
-	$(PYTEST) -n auto -m "not timing" $(PYTEST_ARGS)
+	$(PYTEST) -n auto -m "not timing and not exhaustive" $(PYTEST_ARGS)
 	$(PYTEST) -m timing $(PYTEST_ARGS)
+
+# The checks of every input and every corpus kernel (~5 CPU-minutes): CI runs them after `make test` (.ci/run).
+test-exhaustive: $(STAMP)
+	$(PYTEST) -n auto -m exhaustive $(PYTEST_ARGS)
 
 # While working: neither the slow tier nor the timing one (see the markers in pyproject.toml).
 test-quick: $(STAMP)
-	$(PYTEST) -n auto -m "not slow and not timing" $(PYTEST_ARGS)
+	$(PYTEST) -n auto -m "not slow and not timing and not exhaustive" $(PYTEST_ARGS)
 
 # ruff and mypy, configured in pyproject.toml ([tool.ruff], [tool.mypy]: which packages, and the modules not yet type-clean);
 # CI runs it before the suite, and fails on a finding.

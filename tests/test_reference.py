@@ -219,6 +219,7 @@ def test_the_shards_hold_the_whole_corpus_once(corpus, corpus_shards):
   assert sorted(id(k) for s in corpus_shards for k in s) == sorted(id(k) for k in corpus)
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # ~150 CPU-s, over half of it two convolutions (sops_7345/7346)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_every_corpus_kernel_runs_in_the_reference_and_writes_its_whole_output(corpus_shards, shard):
   """Each kernel (symbolic ones at the midpoint of their variables, buffers rebased to the window

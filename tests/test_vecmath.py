@@ -40,6 +40,7 @@ def check(exe: Path, *args: str) -> dict[str, tuple[int, float, int, int]]:
   return {m[1]: (int(m[2]), float(m[3]), int(m[4]), int(m[5])) for m in LINE.finditer(out)}
 
 @pytest.mark.slow  # about 80 CPU-seconds a function
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("fn", ["exp2", "log2", "sin"])
 def test_float32_every_input(harness, fn):
   res = check(harness, "float32", fn)
