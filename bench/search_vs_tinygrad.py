@@ -27,7 +27,7 @@ says what each winner used. tinygrad compiles BEAM candidates in its worker pool
 tunesvc pauses its compile pool while it times.
 """
 from __future__ import annotations
-import argparse, datetime, gzip, json, math, os, random, shlex, signal, sys, tempfile, threading
+import argparse, atexit, datetime, gzip, json, math, os, random, shlex, shutil, signal, sys, tempfile, threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +52,9 @@ TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
 # tinygrad's BEAM knobs: its defaults but for the compile timeout (10 s), raised to tunesvc's compile_timeout_s, so
 # neither search drops a slow-to-compile candidate the other may keep; the per-kernel wall limit is --tinygrad-limit-s
 TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings().build.compile_timeout_s:.0f}"}
+# tunesvc's search as it was before it measured only the cost model's top children: every child of the beam, one gcc
+# per candidate. Its winners are the quality bar of the faster default (issue 13: a geometric mean at least as fast)
+PREVIOUS = {"strategy": "beam", "batch": False}
 
 # ---------------------------------------------------------------- corpus kernels as tinygrad Tensor programs
 
@@ -151,11 +154,11 @@ def corpus_case(name: str, k: KernelAST) -> Case:
   kr = k.rebased()
   return Case(name, kr, *to_plan(kr))
 
-def choose_corpus(ks: dict[str, KernelAST], seed: int) -> tuple[list[str], Counter]:
+def choose_corpus(ks: dict[str, KernelAST], seed: int, pick_seed: int = CORPUS_PICK["seed"]) -> tuple[list[str], Counter]:
   """CORPUS_PICK's reductions and element-wise kernels: a seeded shuffle of the expressible float32 ones whose full shape
   has min_positions..max_positions positions (long enough to time, cheap to check) and no TRANSCENDENTAL op, taken in
   order while the reference output on the inputs of `seed` is finite (NaN and inf semantics differ between the two
-  libraries); and why the others were not."""
+  libraries); and why the others were not. `pick_seed`: the shuffle's (another draws ten other kernels)."""
   why: Counter = Counter()
   ok = []
   for name, k in ks.items():
@@ -164,7 +167,7 @@ def choose_corpus(ks: dict[str, KernelAST], seed: int) -> tuple[list[str], Count
     if not CORPUS_PICK["min_positions"] <= positions(k, k.var_vals()) <= CORPUS_PICK["max_positions"]: why["too small or too large"] += 1
     elif any(n.op in TRANSCENDENTAL for n in k.nodes): why["a transcendental op"] += 1
     else: ok.append(name)
-  random.Random(CORPUS_PICK["seed"]).shuffle(ok)
+  random.Random(pick_seed).shuffle(ok)
   want = {True: CORPUS_PICK["reduce"], False: CORPUS_PICK["elementwise"]}
   picked = []
   for name in ok:
@@ -205,19 +208,23 @@ def bench_kernel(c: Case, args, tg: Optional[Tinygrad], tmp: Path) -> dict:
     res["notes"][who], res["mismatch"] = f"MISMATCH: {bad}", res["mismatch"] + [who]
     return False
 
-  # tunesvc: its search, then its winner compiled here, checked and kept for the timing
-  quiet(args, None)
-  try:
-    r = tune(k, "CPU", SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "seed": args.seed}))
-    res["tunesvc"] = {"search_s": r.search_s, "opts": [opt_str(o) for o in r.best_opts], "candidates": len(r.candidates),
-                      "failed": r.failed, "hand_s": r.baseline_s, "search_best_s": r.best_s}
-    _, prg, _ = compile_kernel(k, "CPU", r.best_opts)
-    out, ins = cpu.alloc(bufs[0].size, bufs[0].dtype), [cpu.alloc(b.size, b.dtype) for b in bufs[1:]]
-    for x, b in zip([out, *ins], bufs): x[:] = b  # the output starts poisoned
-    args_vv = [vv[v.name] for v in k.vars]
-    prg(out, *ins, var_vals=args_vv)
-    if check("tunesvc", out, ins): fns["tunesvc"] = lambda: prg.time(out, *ins, var_vals=args_vv)
-  except (SearchError, DeviceBusy) as e: res["notes"]["tunesvc"] = f"search failed: {tg_note(e)}"  # busy: the search refused to store
+  def search(who: str, settings: dict) -> None:
+    """tunesvc's search, then its winner compiled here, checked and kept for the timing."""
+    quiet(args, None)
+    try:
+      r = tune(k, "CPU", SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "seed": args.seed, **settings}))
+      res[who] = {"search_s": r.search_s, "opts": [opt_str(o) for o in r.best_opts], "candidates": len(r.candidates),
+                  "failed": r.failed, "hand_s": r.baseline_s, "search_best_s": r.best_s}
+      _, prg, _ = compile_kernel(k, "CPU", r.best_opts)
+      out, ins = cpu.alloc(bufs[0].size, bufs[0].dtype), [cpu.alloc(b.size, b.dtype) for b in bufs[1:]]
+      for x, b in zip([out, *ins], bufs): x[:] = b  # the output starts poisoned
+      args_vv = [vv[v.name] for v in k.vars]
+      prg(out, *ins, var_vals=args_vv)
+      if check(who, out, ins): fns[who] = lambda: prg.time(out, *ins, var_vals=args_vv)
+    except (SearchError, DeviceBusy) as e: res["notes"][who] = f"search failed: {tg_note(e)}"  # busy: the search refused to store
+
+  search("tunesvc", args.settings)
+  if not args.no_previous: search("previous", PREVIOUS)  # second: the compile cache holds what both built, in its favour
 
   # tinygrad: its BEAM search of the twin or the plan, on the same inputs through .npy files
   if tg is not None:
@@ -241,31 +248,36 @@ def bench_kernel(c: Case, args, tg: Optional[Tinygrad], tmp: Path) -> dict:
 # ---------------------------------------------------------------- the report
 
 def best(r: dict, who: str) -> Optional[float]: return med(r["times"][who]) if who in r["times"] else None
-def speed_ratio(r: dict) -> Optional[float]:
-  t, g = best(r, "tunesvc"), best(r, "tinygrad")
+def speed_ratio(r: dict, other: str = "tinygrad") -> Optional[float]:
+  t, g = best(r, "tunesvc"), best(r, other)
   return g / t if t and g else None
-def search_s(r: dict, who: str) -> Optional[float]: return r[who]["search_s" if who == "tunesvc" else "compile_s"] if who in r else None
+def search_s(r: dict, who: str) -> Optional[float]: return r[who]["compile_s" if who == "tinygrad" else "search_s"] if who in r else None
+def geomean(xs: list[float]) -> Optional[float]: return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 def fmt(x: Optional[float], f: str, unit: str = "") -> str: return "n/a" if x is None else format(x, f) + unit
 def best_cell(r: dict, who: str) -> str:
   return "MISMATCH" if who in r["mismatch"] else fmt(t * 1e3 if (t := best(r, who)) else None, ".3g", " ms")
 def threads(opts: list[str]) -> int: return math.prod(int(o.split()[2]) or 1 for o in opts if o.startswith("THREAD"))
 def used_threads(r: dict, who: str) -> str:
   if who not in r: return "n/a"
-  return str(threads(r[who]["opts"]) if who == "tunesvc" else max(map(threads, r[who]["opts"]), default=1))
+  return str(max(map(threads, r[who]["opts"]), default=1) if who == "tinygrad" else threads(r[who]["opts"]))
 
 def report(results: list[dict], cmd: str, facts: list[str], args, tg_info: Optional[dict]) -> str:
   when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
   tgt = tg_info["threads"] if tg_info else "n/a"
   lines = [f"Command: `{cmd}`", f"Date: {when}", "", *facts,
-           f"- tunesvc: search.tune with SearchSettings(beam={args.beam}, budget_s={args.budget_s:g}); THREAD up to "
-           f"{cpu.options().threads} OpenMP threads, run in parallel",
+           f"- tunesvc: search.tune with SearchSettings(beam={args.beam}, budget_s={args.budget_s:g}"
+           f"{''.join(f', {k}={v!r}' for k, v in args.settings.items())}); THREAD up to {cpu.options().threads} OpenMP threads, "
+           "run in parallel; a fresh compile cache (TUNESVC_CACHE_DIR) for the run",
+           *([] if args.no_previous else [f"- previous: tunesvc's search as before it measured fewer candidates ({PREVIOUS}), run "
+              "second on each kernel (the compile cache holding what the first built), timed interleaved with the others"]),
            f"- tinygrad: BEAM={args.beam} ({', '.join(f'{k}={v}' for k, v in TG_BEAM_ENV.items())}, the rest its defaults; "
            f"killed past {args.tinygrad_limit_s:g} s); THREAD up to NUM_CPU_THREADS={tgt}, whose parts its CPU backend runs one after another",
-           f"- timing: both winners interleaved, turns of {args.turn:g} s, until {args.min_time:g} s and >= {args.min_runs} runs each "
+           f"- timing: the winners interleaved, turns of {args.turn:g} s, until {args.min_time:g} s and >= {args.min_runs} runs each "
            f"(or {args.max_runs} runs); the median shown. Search time: wall time of tune() (reference, pools, final re-timing "
            f"included) and of tinygrad's compile_linear with BEAM (its schedule's kernels searched and compiled)", "",
            f"| kernel | tunesvc best | tinygrad BEAM={args.beam} best | speed ratio | tunesvc search | tinygrad search | search-time ratio "
-           "| tunesvc opts | tinygrad opts |", "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+           "| previous best | speed vs previous | previous search | tunesvc opts | tinygrad opts |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
   for r in results:
     ts, gs = search_s(r, "tunesvc"), search_s(r, "tinygrad")
     tgo = "; ".join(f"[{', '.join(o)}]" for o in r["tinygrad"]["opts"]) if "tinygrad" in r else "n/a"
@@ -273,23 +285,28 @@ def report(results: list[dict], cmd: str, facts: list[str], args, tg_info: Optio
     lines.append(f"| {r['name']} | {best_cell(r, 'tunesvc')} | {best_cell(r, 'tinygrad')} | {fmt(speed_ratio(r), '.2f')} "
                  f"| {fmt(ts, '.1f', ' s')}{cut} "
                  f"| {fmt(gs, '.1f', ' s')} | {fmt(gs / ts if ts and gs else None, '.2f')} "
+                 f"| {best_cell(r, 'previous')} | {fmt(speed_ratio(r, 'previous'), '.2f')} | {fmt(search_s(r, 'previous'), '.1f', ' s')} "
                  f"| [{', '.join(r['tunesvc']['opts']) if 'tunesvc' in r else 'n/a'}] | {tgo} |")
   if notes := [f"- {r['name']}, {who}: {note}" for r in results for who, note in r["notes"].items()]: lines += ["", "Notes:", "", *notes]
   ratios = [x for r in results if (x := speed_ratio(r)) is not None]
-  geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+  prev = [x for r in results if (x := speed_ratio(r, "previous")) is not None]
+  geo, geo_prev = geomean(ratios), geomean(prev)
   lines += ["", "speed ratio: tinygrad's best time over tunesvc's (above 1, tunesvc's kernel is faster); search-time ratio: "
-            "tinygrad's search wall time over tunesvc's (above 1, tunesvc searched faster).", "",
+            "tinygrad's search wall time over tunesvc's (above 1, tunesvc searched faster); speed vs previous: the previous "
+            "search's winner's time over tunesvc's.", "",
             f"Geometric mean of the speed ratios over {len(ratios)} of {len(results)} kernels: {fmt(geo, '.2f')}"
-            + ("" if geo is None else f" ({'tunesvc at least as fast' if geo >= 1 else 'tinygrad faster'})"), "",
+            + ("" if geo is None else f" ({'tunesvc at least as fast' if geo >= 1 else 'tinygrad faster'})"),
+            f"Geometric mean of the speeds vs previous over {len(prev)} kernels: {fmt(geo_prev, '.3f')}", "",
             "Runs and spread (interquartile range / median); threads each winner used (tinygrad's in series); other load: "
             "cores the rest of the machine kept busy while timing:", "",
-            "| kernel | tunesvc | tinygrad | threads tunesvc / tinygrad | candidates tunesvc (failed) | other load | attempts |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+            "| kernel | tunesvc | tinygrad | previous | threads tunesvc / tinygrad / previous | candidates tunesvc / previous (failed) "
+            "| other load | attempts |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
   for r in results:
-    runs = [f"{len(r['times'][w])} runs, {spread(r['times'][w]):.1%}" if w in r["times"] else "n/a" for w in ("tunesvc", "tinygrad")]
-    th = [used_threads(r, w) for w in ("tunesvc", "tinygrad")]
-    cand = f"{r['tunesvc']['candidates']} ({r['tunesvc']['failed']})" if "tunesvc" in r else "n/a"
-    lines.append(f"| {r['name']} | {' | '.join(runs)} | {' / '.join(th)} | {cand} | {r['other_load']:.2f} | {r['attempts']} |")
+    who = ("tunesvc", "tinygrad", "previous")
+    runs = [f"{len(r['times'][w])} runs, {spread(r['times'][w]):.1%}" if w in r["times"] else "n/a" for w in who]
+    cand = " / ".join(f"{r[w]['candidates']} ({r[w]['failed']})" if w in r else "n/a" for w in ("tunesvc", "previous"))
+    lines.append(f"| {r['name']} | {' | '.join(runs)} | {' / '.join(used_threads(r, w) for w in who)} | {cand} | {r['other_load']:.2f} "
+                 f"| {r['attempts']} |")
   lines += ["", "Targets:", ""]
   r = next((r for r in results if r["name"] == "matmul_1024"), None)
   x, ts, gs = (speed_ratio(r), search_s(r, "tunesvc"), search_s(r, "tinygrad")) if r else (None, None, None)
@@ -299,6 +316,12 @@ def report(results: list[dict], cmd: str, facts: list[str], args, tg_info: Optio
             + ("n/a" if not (ts and gs) else f"{ts:.0f} s vs {gs:.0f} s, {'MET' if ts <= gs / 2 else 'NOT MET'}"),
             "- all kernels: geometric-mean speed of tunesvc's winners at least tinygrad's: "
             + ("n/a" if geo is None else f"{geo:.2f}, {'MET' if geo >= 1 else 'NOT MET'}")]
+  quick = [r["name"] for r in results if (ts := search_s(r, "tunesvc")) and (gs := search_s(r, "tinygrad")) and ts <= gs / 4]
+  timed = [r for r in results if search_s(r, "tunesvc") and search_s(r, "tinygrad")]
+  lines += [f"- every kernel: tunesvc's search at most 25% of tinygrad's wall time: {len(quick)} of {len(timed)} kernels, "
+            + ("MET" if timed and len(quick) == len(results) else "NOT MET"),
+            "- the winners' geometric-mean speed at least the previous search's: "
+            + ("n/a" if geo_prev is None else f"{geo_prev:.3f}, {'MET' if geo_prev >= 1 else 'NOT MET'}")]
   return "\n".join(lines)
 
 # ---------------------------------------------------------------- main
@@ -314,10 +337,16 @@ def main() -> int:
   ap.add_argument("--quick", action="store_true", help="for development: beam 1, a 10 s budget, tinygrad killed past 120 s, "
                   "and short timings (--min-time 0.1, --min-runs 3, --quiet-wait at most 10, --retries 0)")
   ap.add_argument("--seed", type=int, default=0, help="the inputs' seed")
+  ap.add_argument("--corpus-seed", type=int, default=CORPUS_PICK["seed"], help="the seed that picks `corpus`'s ten kernels")
+  ap.add_argument("--settings", type=json.loads, default={}, help="more of tunesvc's search settings, as JSON (its defaults otherwise)")
+  ap.add_argument("--no-previous", action="store_true", help="skip the search as it was before it measured fewer candidates "
+                  f"(PREVIOUS: {PREVIOUS})")
   ap.add_argument("--json", type=Path, help="also write every sample, schedule and search record here")
   timing_args(ap)
   args = ap.parse_args()
   q = args.quick
+  os.environ["TUNESVC_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="bench-svt-cache-")  # cold, as tinygrad's (CACHELEVEL=0)
+  atexit.register(shutil.rmtree, cache, True)
   args.beam = args.beam or (1 if q else 4)
   args.budget_s = args.budget_s or (10.0 if q else 240.0)
   args.tinygrad_limit_s = args.tinygrad_limit_s or (120.0 if q else 1200.0)
@@ -331,8 +360,8 @@ def main() -> int:
   for n in names:
     if n in SPECS: cases.append(example_case(n)); continue
     if n == "corpus":
-      picked, skipped = choose_corpus(ks, args.seed)
-      facts.append(f"- corpus: {', '.join(picked)}: a seeded sample ({CORPUS_PICK}) of {len(ks)} kernels; the others: "
+      picked, skipped = choose_corpus(ks, args.seed, args.corpus_seed)
+      facts.append(f"- corpus: {', '.join(picked)}: a seeded sample ({dict(CORPUS_PICK, seed=args.corpus_seed)}) of {len(ks)} kernels; the others: "
                    + ", ".join(f"{c} {w}" for w, c in skipped.most_common()))
     elif n in ks: picked = [n]
     else: ap.error(f"unknown kernel {n!r}: one of {list(SPECS)}, corpus, or a corpus kernel's name")

@@ -41,6 +41,7 @@ _ASTS: dict[str, KernelAST] = {}
 
 def render_task(module: str, key: str, doc: str, opts: tuple[Opt, ...], options: LinearizerOptions) -> tuple[Optional[str], int, tuple]:
   """(source, IR size, launch) of the kernel under opts; no source past MAX_UOPS."""
+  if key not in _ASTS and len(_ASTS) >= 16: _ASTS.clear()  # a long-lived worker sees many kernels, a search one
   ast = _ASTS.get(key) or _ASTS.setdefault(key, loads(doc))
   prog = lower(Kernel(ast, options).apply_opts(opts))
   src = importlib.import_module(module).render(prog) if len(prog.uops) <= MAX_UOPS else None

@@ -42,7 +42,7 @@ class _Slot:
 
 
 class CompilePool:
-  def __init__(self, workers: int, timeout_s: float = 60.0, max_tasks: int = 64):
+  def __init__(self, workers: int, timeout_s: float = 60.0, max_tasks: int = 1024):
     self.timeout_s, self.max_tasks = timeout_s, max_tasks
     self._ctx = get_context("spawn")
     self._slots = [self._start() for _ in range(max(1, workers))]

@@ -8,6 +8,7 @@ winner, always a verified candidate, is the one with the best median there.
 """
 from __future__ import annotations
 import contextlib, importlib, os, statistics, tempfile, threading, time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 from devices import registry
@@ -25,6 +26,7 @@ from search.result import Candidate, SearchResult, Status
 from search.runner import Runner, write_case
 from search.settings import OnBusy, SearchSettings, StrategyKind
 from search.strategy import drive
+from search.workshop import WORKSHOP, Workshop
 
 
 class SearchError(RuntimeError): pass
@@ -38,20 +40,25 @@ class SearchStopped(Exception):
 
 def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
          progress: Optional[Callable[[int, Optional[float]], None]] = None, stop: Optional[threading.Event] = None,
-         warm: Sequence[Sequence[dict]] = ()) -> SearchResult:
+         warm: Sequence[Sequence[dict]] = (), workshop: Optional[Workshop] = None) -> SearchResult:
   """Search the fastest verified schedule of `ast` on `device` within the settings' budget. `module` swaps the backend
   module (tests plant faults with it); progress(candidates measured, best seconds so far) is called after each
   measurement; setting `stop` abandons the search (SearchStopped) within a candidate's timing. `warm`: schedules to
-  start from besides the hand-coded one (winners found elsewhere: warm_seeds), those illegal here left out."""
+  start from besides the hand-coded one (winners found elsewhere: warm_seeds), those illegal here left out. `workshop`:
+  where the compile pool and the runner come from and go back to (default: the process's, search/workshop.py)."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)
   kr = ast.rebased()  # the runner allocates only what the kernel reaches; opts mean the same on it
-  with tempfile.TemporaryDirectory(prefix="tunesvc-case-") as tmp, Runner(dev.__name__) as runner, \
-       CompilePool(s.build.workers or os.cpu_count() or 1, s.build.compile_timeout_s) as pool:  # both start while the reference runs
-    write_case(Path(tmp), kr, vv, s.measure.seed)
-    runner.setup(Path(tmp), vv)
-    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop)
+  with tempfile.TemporaryDirectory(prefix="tunesvc-case-") as tmp, \
+       (workshop or WORKSHOP).lease(dev.__name__, s.build.workers or os.cpu_count() or 1, s.build.compile_timeout_s) as (pool, runner), \
+       ThreadPoolExecutor(1) as bg:
+    # the reference runs (numpy, mostly outside the GIL) while the seeds render and compile; the first timing waits for it
+    def prepare() -> None:
+      write_case(Path(tmp), kr, vv, s.measure.seed)
+      runner.setup(Path(tmp), vv)
+    case = bg.submit(prepare)
+    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case)
     root = Kernel(kr, dev.options())
     hand = root.copy()
     hand_coded_optimizations(hand)
@@ -59,9 +66,10 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     strategy = kind(warm_seeds(root, [hand.applied_opts, [], *warm]), actions_for(root.options), s.strategy)
     deadline = start + s.budget_s if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
-    pool.close()
+    case.result()
     search.check_stop()
-    base, win, med, ratios, conditions = search.final([c for _, c in measured], [o.to_json() for o in hand.applied_opts])
+    with pool.paused() if dev.options().device == "CPU" else contextlib.nullcontext():  # a compile still running waits
+      base, win, med, ratios, conditions = search.final([c for _, c in measured], [o.to_json() for o in hand.applied_opts])
   fp = dev.fingerprint()
   return SearchResult(
     kernel_key=ast.key, kernel_name=ast.name or "", device=device, fingerprint=fp, fingerprint_hash=dev.fingerprint_hash(fp),
@@ -73,8 +81,10 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
 
 class _Search:
   """The measuring side of one search: builds into the runner, and the final check."""
-  def __init__(self, dev, s: SearchSettings, builder: Builder, pool: CompilePool, runner: Runner, progress, stop):
+  def __init__(self, dev, s: SearchSettings, builder: Builder, pool: CompilePool, runner: Runner, progress, stop,
+               case: Optional[Future] = None):
     self.dev, self.s, self.builder, self.pool, self.runner, self.progress, self.stop = dev, s, builder, pool, runner, progress, stop
+    self.case = case  # the runner's setup, done once it is (its exception raised at the first timing)
     self.options = dev.options()
     self.best_s: Optional[float] = None
     self.libs: dict[str, Build] = {}   # source hash -> build of the verified candidates
@@ -108,6 +118,7 @@ class _Search:
 
   def time(self, c: Candidate, b: Build) -> Candidate:
     """Time and verify one compiled candidate; on the CPU the pool's workers are stopped meanwhile."""
+    if self.case is not None: self.case.result()
     s, best = self.s.measure, self.best_s
     # a hang's limit: the warm-up and two runs at timeout_factor x the best, and the minimum measured time
     limit = s.seed_timeout_s if best is None else max(2.0, 3 * s.timeout_factor * best) + s.min_time_s
@@ -169,12 +180,15 @@ class _Search:
 
 
 def warm_seeds(root: Kernel, schedules: Sequence[Sequence]) -> list[Kernel]:
-  """root under each schedule that is legal on it, each schedule once, in order."""
+  """root under each schedule, each once, in order: under the longest prefix of it that is legal here (a neighbour's
+  winner whose later opts do not divide these sizes still gives its first), none where not even its first opt is."""
   out, seen = [], set()
   for opts in schedules:
-    try: k = root.copy().apply_opts(opts)
-    except OptError: continue
-    if (key := tuple(k.applied_opts)) not in seen:
+    k = root
+    for o in opts:
+      try: k = k.copy().apply_opts([o])  # a copy each: a refused opt leaves no half-applied state
+      except OptError: break
+    if (key := tuple(k.applied_opts)) not in seen and (key or not opts):
       seen.add(key)
       out.append(k)
   return out

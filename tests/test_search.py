@@ -19,6 +19,8 @@ from search.strategy import drive
 from search import tune as search_tune
 from search.runner import Measurement
 from search.tune import DeviceBusy, SearchStopped, tune
+from search.workshop import Workshop
+from search.similar import sizes, structure
 from workers.worker import settings_of
 import fault_backend
 
@@ -207,11 +209,51 @@ def test_a_batch_compiles_many_candidates_into_one_library_each_under_its_own_en
 
 def test_warm_starts_are_seeds_measured_in_round_0_and_illegal_ones_are_left_out(tmp_path):
   k = reduce("SUM", (256, 256), (1,))
-  warm = [[{"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": 4}], [{"op": "UPCAST", "axis": 9, "amt": 4}]]
+  up2 = {"op": "UPCAST", "axis": 0, "amt": 2}
+  warm = [[{"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": 4}], [{"op": "UPCAST", "axis": 9, "amt": 4}],
+          [up2, {"op": "UNROLL", "axis": 0, "amt": 7}]]  # the last: its legal prefix
   r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=8, **FAST)), warm=warm)
   seeds = [c.opts for c in r.candidates if c.round == 0]
-  assert warm[0] in seeds and [] in seeds and len(seeds) == 3 and r.verified
+  assert warm[0] in seeds and [] in seeds and [up2] in seeds and len(seeds) == 4 and r.verified
   cache = ResultCache(tmp_path / "r.sqlite")
   cache.put(r)
   assert cache.winners_elsewhere(k.key, "another-fingerprint", r.action_space_version) == [r.best_opts]
   assert cache.winners_elsewhere(k.key, r.fingerprint_hash, r.action_space_version) == []  # its own is a hit, not a warm start
+
+
+def test_a_workshop_keeps_its_pool_and_runner_for_the_next_search_and_closes_them_after_one_that_raised():
+  w, k = Workshop(), reduce("SUM", (64, 64), (1,))
+  s = SearchSettings.from_json(dict(beam=1, budget_candidates=3, **FAST))
+  tune(k, settings=s, workshop=w)
+  [pool], [(runner, used)] = list(w._pools.values()), list(w._runners.values())
+  pid = runner.pid
+  r = tune(k, settings=s, workshop=w)
+  assert r.verified and list(w._pools.values()) == [pool] and w._runners["devices.cpu"] == (runner, used + 1)
+  assert runner.pid == pid and runner.proc.is_alive() and all(s.proc.is_alive() for s in pool._slots)
+  stop = threading.Event()
+  stop.set()
+  with pytest.raises(SearchStopped): tune(k, settings=s, workshop=w, stop=stop)  # it may be mid-task: closed, not kept
+  assert not w._pools and not w._runners and not runner.proc.is_alive() and not any(s.proc.is_alive() for s in pool._slots)
+  tune(k, settings=s, workshop=w)
+  assert w._runners["devices.cpu"][0].pid != pid
+  w.close()
+  assert not w._pools and not w._runners
+
+
+def test_kernels_alike_but_for_their_sizes_seed_each_other_nearest_first_on_the_same_fingerprint(tmp_path):
+  a, near, far = matmul(64, 64, 64), matmul(96, 96, 96), matmul(256, 256, 256)
+  assert structure(a) == structure(near) == structure(far) != structure(matmul(64, 64, 64, transpose_a=True))
+  assert structure(a) != structure(reduce("SUM", (64, 64), (1,))) and sizes(near) == [96, 96, 96]
+  cache = ResultCache(tmp_path / "r.sqlite")
+  def put(k, opts, fp="fp"):
+    cache.put(SearchResult(k.key, "", "CPU", {}, fp, ACTION_SPACE_VERSION, {}, {}, 0, 0, [], 1.0, opts, 1.0, 1.0, (1.0, 1.0), True, "", 0.0), k)
+  up = lambda n: [{"op": "UPCAST", "axis": 0, "amt": n}]
+  put(far, up(16))
+  put(near, up(4))
+  put(near, up(8), fp="another")                  # another device's: not a neighbour here
+  put(a, up(2))                                   # its own: a hit, not a warm start
+  assert cache.winners_alike(a, "fp", ACTION_SPACE_VERSION) == [up(4), up(16)]
+  assert cache.winners_alike(a, "fp", ACTION_SPACE_VERSION, n=1) == [up(4)]
+  assert cache.winners_alike(a, "fp", ACTION_SPACE_VERSION + 1) == []
+  with pytest.raises(ValueError, match="not this kernel"): put(near, up(2)) or cache.put(SearchResult.from_json(
+    {**cache.get(near.key, "fp", ACTION_SPACE_VERSION).to_json(), "kernel_key": "x"}), near)

@@ -232,13 +232,14 @@ def cmd_tune(args) -> int:
       cached = r is not None
       if r is None:
         with progress.kernel(name, settings) as show:
-          try: r = tune(k, args.device, settings, progress=show, warm=cache.winners_elsewhere(k.key, fp_hash, ACTION_SPACE_VERSION))
+          warm = cache.winners_elsewhere(k.key, fp_hash, ACTION_SPACE_VERSION) + cache.winners_alike(k, fp_hash, ACTION_SPACE_VERSION)
+          try: r = tune(k, args.device, settings, progress=show, warm=warm)
           except (SearchError, RenderBug, DeviceBusy) as e:
             ok, why = False, f"device busy: {e}" if isinstance(e, DeviceBusy) else str(e)
             failed = {"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": why}
             print(json.dumps(failed) if args.json else f"FAILED {name}: {why}")
             continue
-        cache.put(r)
+        cache.put(r, k)
       if args.json:
         print(json.dumps({"kernel_key": r.kernel_key, "kernel_name": name, "device": r.device, "fingerprint": r.fingerprint_hash,
                           "action_space_version": r.action_space_version, "baseline_s": r.baseline_s, "best_s": r.best_s,
