@@ -2,6 +2,8 @@
 broadly and never be wrong (every opt goes through the Kernel's legality checks)."""
 from __future__ import annotations
 import math
+from linearizer import vecmath
+from linearizer.ast import ConstArg
 from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.lower import vector_widths
 from linearizer.symbolic import Node
@@ -16,6 +18,10 @@ def _upcast_budget(k: Kernel) -> int: return math.prod(k.upcast_shape)
 def _int_size(k: Kernel, axes: range) -> int | None:
   sizes = [s for i in axes if isinstance(s := k.full_shape[i], int)]
   return math.prod(sizes) if len(sizes) == len(axes) else None
+
+# what an EXP2/LOG2/SIN costs in adds, for whether a kernel has the work to pay for threads (linearizer.vecmath's take
+# ~0.5 ns a lane, an add ~0.03)
+TRANSCENDENTAL_COST = 16
 
 # GPUs: a matrix-vector product splits each row's reduce over MV_GROUP work-items and gives a work-group MV_ROWS rows,
 # each work-item MV_UPCAST of them; a small output over a long reduce splits the reduce over work-items instead
@@ -60,14 +66,17 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   """Apply the hand-coded opts to `k` and return them."""
   start = len(k.applied_opts)
   work = math.prod(s if isinstance(s, int) else s.max for s in k.full_shape)
+  transcendentals = sum(n.op in vecmath.FUNCS for n in k.ast.nodes)
   gpu = k.options.has_local and k.options.has_shared
   if gpu and k.reduceop is not None and (_tensor_cores(k) or _group_reduce(k)): return k.applied_opts[start:]
   # 1. broadcast axes: a leaf that does not move along an output axis is reused by every lane of it, so
   #    upcasting such axes turns loads into register reuse (matmul's tile). The one the output is
   #    contiguous along becomes the vector, as wide as the ISA has; the others upcast by 8, then 4.
+  #    Only loads count: a constant costs no load to reuse (softmax's exp-sum would gather rows into vectors for it).
+  loads = [st for a, st in zip(k.leaves[1:], k.sts[1:]) if not isinstance(a, ConstArg)]
   def broadcast_axes() -> list[int]:
     return [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and i not in upcasted
-            and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in k.sts[1:])]
+            and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in loads)]
   upcasted: set[int] = set()
   widths = vector_widths(k.ast, k.options)
   widest = max(widths or k.options.float_vector_widths, default=4)
@@ -77,15 +86,18 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   tile = 32 if gpu else 128  # a work-item's registers are few; a CPU core's accumulators spill to L1 cheaply
   while k.reduceop is not None and _upcast_budget(k) < tile and (cands := broadcast_axes()):
     # prefer the axis more leaves read with stride 0, then the inner one
-    axis = max(cands, key=lambda i: (sum(st.views[-1].strides[i] == 0 for st in k.sts[1:]), i))
+    axis = max(cands, key=lambda i: (sum(st.views[-1].strides[i] == 0 for st in loads), i))
     upcasted.add(axis)  # a tile over two axes reuses both operands; one axis twice reuses only one
     next((amt for amt in (8, 4) if _upcast_budget(k) * amt <= tile and _try(k, Opt(OptOp.UPCAST, axis, amt))), None)
-  # 2. reduces: unroll a short reduce whole, else by 4 (a tree of independent partial sums)
+  # 2. reduces: unroll a short reduce whole, else by 4 (a tree of independent partial sums); where no output axis is
+  #    upcast, by the widest vector first: on a CPU the unrolled axis becomes the vector where a load reads it
+  #    contiguously (lower: vector accumulators, their lanes summed after the loop)
   if k.reduceop is not None and k.first_reduce < k.shape_len - k.upcasted:
     last = k.shape_len - k.upcasted - 1
     size = k.full_shape[last]
     if isinstance(size, int):
-      for amt in ([0] if size <= 16 else []) + ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]):
+      vector = [widest] if widths and _upcast_budget(k) == 1 and not gpu and size > widest else []
+      for amt in ([0] if size <= 16 else []) + vector + ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]):
         if _try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt)): break
   # 3. element-wise: upcast the output's unit-stride axis so the compiler vectorises it
   if k.reduceop is None and widths and _upcast_budget(k) < 8 and k.first_reduce > k.thread_dims:
@@ -94,7 +106,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
       if _try(k, Opt(OptOp.UPCAST, axis, amt)): break
   # 4. GPUs: work-groups; CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them
   if gpu and not k.dont_use_locals: _locals(k)
-  if k.options.has_threads and k.options.threads > 1 and work >= 1 << 22:
+  if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= 1 << 22:
     for axis in range(k.first_reduce):
       if not isinstance(k.full_shape[axis], Node) and _try(k, Opt(OptOp.THREAD, axis, k.options.threads)): break
   return k.applied_opts[start:]

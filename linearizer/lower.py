@@ -123,6 +123,10 @@ class _Lowering:
     self.outer = [i for i in outer if full[i] != 1]  # a size-1 axis (what a whole-axis split leaves) reads index 0
     out_up = [i for i in range(self.up, self.n) if not k.is_reduce_axis(i)]
     self.vaxis = None if k.tensor_core else _vector_axis(k, out_up, self.loop_vars)
+    # else an unrolled reduce axis as the vector on a CPU: vector accumulators, their lanes summed once after the loop
+    self.reduce_vector = self.vaxis is None and not k.tensor_core and not k.options.has_local and \
+      (vaxis := _reduce_vector_axis(k, [i for i in range(self.up, self.n) if k.is_reduce_axis(i)], self.loop_vars)) is not None
+    if self.reduce_vector: self.vaxis = vaxis
     self.W = concrete(full[self.vaxis]) if self.vaxis is not None else 1
     self.lane_var = Var("_lane", 0, self.W - 1)
     self.upcast_axes = [i for i in range(self.up, self.n) if i != self.vaxis]
@@ -212,6 +216,7 @@ class _Lowering:
     if self.red is None: return self.store({})
     if self.k.tensor_core: return self.store(self.tensor_core_reduce(self.red))  # accumulated in the SUM's dtype
     accs = self.reduce(self.red)
+    if self.reduce_vector: accs = self.across_lanes(self.red, accs)
     if not self.gfr: return self.store(self.narrowed(self.red, accs))
     for j, a in enumerate(accs.values()):
       self.emit(UOp(UOps.STORE, None, (a,), (SHARED, self.slot(self.loop_vars, j, len(accs)), 1), self.W), dedup=False)
@@ -239,6 +244,19 @@ class _Lowering:
         if red.dtype.acc != red.dtype: v = self.emit(UOp(UOps.CAST, red.dtype.acc, (v,), False, self.W))
         fold.add(tuple(l[i] for i in self.out_up), v)
       return fold.done()
+
+  def across_lanes(self, red: LazyOp, accs: dict[Lane, int]) -> dict[Lane, int]:
+    """A reduce-axis vector's accumulators folded across their lanes, as a balanced tree: scalars from here on (the
+    vector axis ends with the reduce loop)."""
+    w, self.W, self.vaxis = self.W, 1, None
+    out = {}
+    for ol, a in accs.items():
+      vs = [self.emit(UOp(UOps.GEP, red.dtype.acc, (a,), j)) for j in range(w)]
+      while len(vs) > 1:
+        vs = [self.emit(UOp(UOps.ALU, red.dtype.acc, (vs[j], vs[j + 1]), "ADD" if red.arg.fn == "SUM" else "MAX"), dedup=False)
+              if j + 1 < len(vs) else vs[j] for j in range(0, len(vs), 2)]
+      out[ol] = vs[0]
+    return out
 
   def slot(self, ix: dict[int, sint], j: int, n_accs: int) -> sint:
     """Accumulator j's place in local memory, laid out [local and grouped axes..., output lane, vector lane]."""
@@ -432,6 +450,25 @@ def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]
     if aff is None or aff[0][0] != 1 or lv in variables(valid): continue
     if any(lv in variables(at(st)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg)): continue
     return axis
+  return None
+
+def _reduce_vector_axis(k: Kernel, red_up: list[int], loop_vars: dict) -> Optional[int]:
+  """The unrolled reduce axis to carry as vector lanes where no output axis is one: a reduce loop left to accumulate
+  across (a reduce unrolled whole folds its lanes once either way), a width the ISA has, a LOAD that reads it
+  contiguously (else the lanes are gathered, no faster than scalars), and no LOAD's or CONST's validity that depends on it."""
+  if all(k.full_shape[i] == 1 for i in range(k.first_reduce, k.shape_len - k.upcasted)): return None
+  widths = vector_widths(k.ast, k.options)
+  for axis in reversed(red_up):
+    if k.full_shape[axis] not in widths: continue
+    lv = Var("_lane", 0, concrete(k.full_shape[axis]) - 1)
+    ups = {i: Var(f"_up{i}", 0, s - 1) for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted)}
+    def at(st):
+      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))  # noqa: B023  (this iteration's)
+                           for i in range(k.shape_len)])
+    leaves = [at(st) for st in k.sts[1:]]
+    if any(lv in variables(valid) for _, valid in leaves): continue
+    if any((aff := affine(idx, [lv])) is not None and aff[0][0] == 1 for (idx, _), a in zip(leaves, k.leaves[1:]) if not isinstance(a, ConstArg)):
+      return axis
   return None
 
 def _scalar(val, dt: DType):

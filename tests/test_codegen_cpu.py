@@ -202,9 +202,15 @@ def test_sum_of_products_goes_straight_into_enough_accumulators_else_through_a_t
   assert ops(program(mm, tile), widest(mm)) == ["MULACC"] * 16  # each product one FMA into its accumulator
   check(mm, opts=tile)
   dot = kernel(red("SUM", alu("MUL", ld(1, (4, 256)), ld(2, (4, 256))), [1]))
-  # one accumulator a row: the unrolled products pair up (a*b + c*d: one MUL, one MULACC), then one ADD into it
-  assert sorted(ops(program(dot, [Opt("UNROLL", 0, 4)]))) == ["ADD", "ADD", "MUL", "MUL", "MULACC", "MULACC"]
+  # the unrolled reduce axis read contiguously is the vector: one FMA a row into its vector accumulator, whose 4 lanes
+  # are added after the loop
+  assert sorted(ops(program(dot, [Opt("UNROLL", 0, 4)]))) == ["ADD", "ADD", "ADD", "MULACC"]
   check(dot, opts=[Opt("UNROLL", 0, 4)])
+  # read across rows, scalars: one accumulator a row, the unrolled products pair up (a*b + c*d: one MUL, one MULACC),
+  # then one ADD into it
+  cols = kernel(red("SUM", alu("MUL", ld(1, st((256, 4)).permute((1, 0))), ld(2, st((256, 4)).permute((1, 0)))), [1]))
+  assert sorted(ops(program(cols, [Opt("UNROLL", 0, 4)]))) == ["ADD", "ADD", "MUL", "MUL", "MULACC", "MULACC"]
+  check(cols, opts=[Opt("UNROLL", 0, 4)])
 
 
 # ---------------------------------------------------------------- vector lanes for more ops
@@ -280,6 +286,31 @@ def test_vector_reductions(dt, device):
   x[5, 3], x[30, 17], x[:, 40] = F("nan"), F("inf"), -F("inf")
   vcheck(kernel(red("MAX", ld(1, (37, 64), dt), [0])), [x.reshape(-1)], "MAX", device=device)
   vcheck(kernel(red("SUM", ld(1, (37, 64), dt), [0])), [x.reshape(-1)], "ADD", device=device)
+
+@pytest.mark.parametrize("dt", [float32, F64, float16], ids=lambda d: d.name)
+def test_an_unrolled_reduce_axis_is_a_vector_whose_lanes_are_folded_after_the_loop(dt):
+  # over axis 1 of (37, 64): no output axis is upcast, so the unrolled, contiguous reduce axis carries the vector; its
+  # lanes fold once after the loop (SUM in another order, within the SUM's range; MAX's NaN from any lane)
+  x = np.random.default_rng(3).standard_normal((37, 64)).astype(dt.np)
+  x[5, 3], x[30, 17], x[9, :] = F("nan"), F("inf"), -F("inf")
+  fns = [lambda a: red("SUM", a, [1]), lambda a: red("MAX", a, [1])]
+  if dt == float32: fns.append(lambda a: red("SUM", alu("EXP2", a), [1]))  # softmax's exp-sum: vecmath's vector exp2
+  for fn in fns:
+    k = kernel(fn(ld(1, (37, 64), dt)))
+    w = min(widest(k), 16)
+    prog = program(k, [Opt("UNROLL", 0, w)])
+    assert [u.vec for u in prog.uops if u.op == "DEFINE_ACC"] == [w] and sum(u.op == "GEP" for u in prog.uops) == w
+    check(k, [x.reshape(-1)], [Opt("UNROLL", 0, w)])
+  # read with stride 37 the lanes would be gathered: they stay scalar
+  k = kernel(red("SUM", ld(1, st((64, 37)).permute((1, 0)), dt), [1]))
+  assert max(u.vec for u in program(k, [Opt("UNROLL", 0, 16)]).uops) == 1
+  check(k, [x.reshape(-1)], [Opt("UNROLL", 0, 16)])
+
+def test_hand_coded_reductions_take_the_reduce_axis_as_the_vector():
+  k = kernel(red("SUM", alu("EXP2", alu("SUB", ld(1, (64, 1024)), ld(2, st((64, 1)).expand((64, 1024))))), [1]))
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  assert opts[0] == Opt("UNROLL", 0, widest(k)), opts
+  check(k, opts=opts)
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_vector_broadcasts_keep_negative_zero(device):
