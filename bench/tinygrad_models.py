@@ -150,16 +150,27 @@ def replay(jits) -> float:
   for j, fargs in jits: j(*fargs)
   return time.perf_counter() - st
 
-def kernel_times(jits) -> list[tuple[str, float]]:
-  """(runner name, seconds) of each captured kernel, one synchronous call each, in schedule order (the same order for
-  every contender: one schedule)."""
+def kernel_times(jits, reps: int) -> list[tuple[str, float]]:
+  """(runner name, the least seconds of `reps` synchronous calls) of each captured kernel, in schedule order (the same
+  order for every contender: one schedule)."""
   out = []
   for j, fargs in jits:
     var_vals = dict(v.unbind() for v in fargs)
     for ji in j.jit_cache:
       if ji.rawbufs[0] is None: continue  # an input slot the JIT fills per call: not a kernel of ours to time alone
       name = re.sub(r"\x1b\[[0-9;]*m", "", getattr(ji.prg, "display_name", type(ji.prg).__name__))  # tinygrad colours its names
-      out.append((name, ji.prg(ji.rawbufs, var_vals, wait=True) or 0.0))
+      out.append((name, min(ji.prg(ji.rawbufs, var_vals, wait=True) or 0.0 for _ in range(reps))))
+  return out
+
+def losses(per: dict, base: str, slack: float = 1.05) -> dict:
+  """Per tunesvc contender, the kernels slower than `base`'s by more than `slack` (and 2 us, a call's noise):
+  {contender: {"kernels": n, "slower": [(schedule index, base's name, base ms, its ms)]}}."""
+  out = {}
+  for mode, times in per.items():
+    if not mode.startswith("tunesvc"): continue
+    slow = [(i, b[0], round(b[1] * 1e3, 4), round(t[1] * 1e3, 4)) for i, (b, t) in enumerate(zip(per[base], times))
+            if t[1] > b[1] * slack + 2e-6]
+    out[mode] = {"kernels": len(times), "slower": slow}
   return out
 
 
@@ -213,6 +224,7 @@ def main() -> int:
   ap.add_argument("--budget-s", type=float, default=10.0, help="tunesvc search seconds per kernel")
   ap.add_argument("--workers", type=int, default=1, help="tunesvc local workers")
   ap.add_argument("--rounds", type=int, default=5)
+  ap.add_argument("--kernel-reps", type=int, default=5, help="calls per kernel in the per-kernel times (the least counts)")
   ap.add_argument("--contenders", default="clang,beam2,tunesvc_hand,tunesvc_tuned")
   ap.add_argument("--json", help="write the results here too")
   args = ap.parse_args()
@@ -251,10 +263,14 @@ def main() -> int:
       c = res["contenders"][mode]
       c["median_s"], c["min_s"] = statistics.median(c["times"]), min(c["times"])  # min too: threads suffer most from a busy machine
       c["vs_" + contenders[0]] = round(base / c["median_s"], 2)
-      print(f"{name} {mode}: median {c['median_s'] * 1e3:.1f} ms ({c['vs_' + contenders[0]]}x {contenders[0]}), min {c['min_s'] * 1e3:.1f} ms", flush=True)
+      print(f"{name} {mode}: median {c['median_s'] * 1e3:.1f} ms ({c['vs_' + contenders[0]]}x {contenders[0]}), "
+            f"min {c['min_s'] * 1e3:.1f} ms", flush=True)
     if "beam2" in runs: res["beam2_tuning_s"] = res["contenders"]["beam2"]["capture_s"]
-    per = {mode: kernel_times(jits) for mode, jits in runs.items() if mode != "torch"}  # top 10 by tinygrad CLANG's time, each side's time there
-    first = per[contenders[0]]
+    per = {mode: kernel_times(jits, args.kernel_reps) for mode, jits in runs.items() if mode != "torch"}
+    res["slower_kernels_vs_" + contenders[0]] = losses(per, contenders[0])
+    for mode, lost in res["slower_kernels_vs_" + contenders[0]].items():
+      print(f"{name} {mode}: {len(lost['slower'])} of {lost['kernels']} kernels slower than {contenders[0]}", flush=True)
+    first = per[contenders[0]]  # the top 10 by its time, each side's time there
     top = sorted(range(len(first)), key=lambda i: -first[i][1])[:10]
     res["top10"] = [{mode: (f"{per[mode][i][0]} {per[mode][i][1] * 1e3:.3f} ms" if i < len(per[mode]) else "-") for mode in per} for i in top]
     res.pop("_ref")

@@ -14,11 +14,11 @@ import collections, functools, json, os, runpy, sys
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Optional
-import numpy as np
 from tinygrad.device import Compiled, CompiledASTRunner, Device, update_stats
-from tinygrad.helpers import DEBUG
+from tinygrad.helpers import DEBUG, cpu_time_execution
 from tinygrad.ops import LazyOp
 from devices import registry
+from devices.base import int_arg
 from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST, KernelValidationError
 from linearizer.kernel import OptError
@@ -60,14 +60,15 @@ class TunesvcRunner(CompiledASTRunner):
   first_run: bool  # CompiledASTRunner's: True until the first call's stats
   def __init__(self, ast: LazyOp, kernel: KernelAST, bufs: list[int], src: str, prog, how: str):
     super().__init__(ast, f"tunesvc_{how}_{kernel.key[:10]}", src, b"")
-    self.kernel, self.bufs, self.prog, self.counts = kernel, bufs, prog, _enabled().counts
-    self.var_names = [v.name for v in kernel.vars]
+    self.kernel, self.bufs, self.fxn, self.counts = kernel, bufs, prog.fxn, _enabled().counts
+    by_name = {v.expr: v for v in self.vars}
+    self.kernel_vars = [by_name[v.name] for v in kernel.vars]  # tinygrad's Variables in the order the program takes them
 
   def __call__(self, rawbufs, var_vals, wait=False, jit=False, do_update_stats=True) -> Optional[float]:
-    vals = {v.expr: x for v, x in var_vals.items()}
-    # tinygrad's CPU buffers are ctypes arrays: a numpy view of each hands tunesvc's program the same memory
-    et = self.prog(*[np.frombuffer(rawbufs[i]._buf, np.uint8) for i in self.bufs], var_vals=[vals[n] for n in self.var_names],
-                   timed=wait or DEBUG >= 2)
+    # as tinygrad's CLANG calls its own programs: its CPU buffers are ctypes arrays, passed as pointers, and nothing else
+    # is made per call (a numpy view per buffer cost more than a small kernel's own time)
+    args = [rawbufs[i]._buf for i in self.bufs] + [int_arg(var_vals[v]) for v in self.kernel_vars]
+    et = cpu_time_execution(lambda: self.fxn(*args), enable=wait or DEBUG >= 2)
     self.counts.runs[self.kernel.key] += 1
     if do_update_stats: update_stats(self.display_name, self.op_estimate, self.mem_estimate, var_vals, et, len(rawbufs), jit,
                                      device=rawbufs[0].device, first_run=self.first_run)
