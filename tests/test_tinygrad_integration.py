@@ -7,10 +7,12 @@ import pytest
 
 os.environ["CLANG"] = "1"  # tinygrad's CPU device, before tinygrad picks its default
 from tinygrad import Tensor, dtypes  # noqa: E402
+from tinygrad.device import Compiled  # noqa: E402
 from tinygrad.jit import TinyJit  # noqa: E402
 from tinygrad.shape.symbolic import Variable  # noqa: E402
 from tunesvc.integrations import tinygrad as tsvc  # noqa: E402
 from tests.tinygrad_suite import compare  # noqa: E402
+from tests.tinygrad_examples import PROGRAMS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,6 +50,21 @@ def test_results_match_plain_tinygrad(name):
   assert got.dtype == want.dtype and got.shape == want.shape
   if want.dtype.kind == "f": np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # two codegens: float order differs
   else: np.testing.assert_array_equal(got, want)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_example_style_programs_match_plain_tinygrad(name):
+  """Programs not built for tunesvc (tests/tinygrad_examples.py): every kernel tunesvc's, the results tinygrad's."""
+  Compiled.get_runner.cache_clear()  # each side compiles every kernel itself
+  want = PROGRAMS[name]()
+  Compiled.get_runner.cache_clear()
+  tsvc.enable()
+  try: got = PROGRAMS[name]()
+  finally: tsvc.disable()
+  s = tsvc.stats()
+  assert s["compiled"] > 0 and s["fallback"] == 0, s
+  # two codegens sum in different orders; the training step's three SGD steps carry those differences on (1e-4)
+  np.testing.assert_allclose(got, want, rtol=1e-4 if name == "mnist_train_step" else 1e-5, atol=1e-6)
 
 def test_symbolic_shapes_in_tinyjit(enabled):
   rng = np.random.default_rng(2)

@@ -1,0 +1,103 @@
+"""Programs written the way tinygrad 0.8.0's own examples are, none of them the benchmark's models: a BERT-style encoder
+(embeddings, attention with a padding mask, softmax, LayerNorm, GELU, a tanh pooler, log_softmax) in a TinyJit, a small
+UNet (BatchNorm, GroupNorm, max and average pooling, nearest upsampling by expand, a transposed conv, skip concats, SiLU,
+LeakyReLU, ELU, sigmoid), and a training step of an MNIST-style convnet (tinygrad's beautiful_mnist: BatchNorm in
+training mode, sparse categorical cross-entropy, backward, SGD with momentum) in a TinyJit. Each is a function of nothing
+returning one numpy array, the same on every call."""
+import numpy as np
+from tinygrad import Tensor
+from tinygrad.jit import TinyJit
+from tinygrad.nn import BatchNorm2d, Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear
+from tinygrad.nn.optim import SGD
+from tinygrad.nn.state import get_parameters, get_state_dict
+
+
+class EncoderLayer:
+  def __init__(self, dim, heads):
+    self.qkv, self.out, self.ln1, self.ln2 = Linear(dim, 3 * dim), Linear(dim, dim), LayerNorm(dim), LayerNorm(dim)
+    self.ff1, self.ff2, self.heads = Linear(dim, 4 * dim), Linear(4 * dim, dim), heads
+  def __call__(self, x, mask):
+    b, t, d = x.shape
+    q, k, v = [y.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for y in self.qkv(x).chunk(3, dim=2)]
+    att = (q @ k.transpose(-2, -1) / np.sqrt(d // self.heads) + mask).softmax(-1)
+    x = self.ln1(x + self.out((att @ v).transpose(1, 2).reshape(b, t, d)))
+    return self.ln2(x + self.ff2(self.ff1(x).gelu()))
+
+class Bert:
+  """BERT's layout at toy size: token and position embeddings, post-LayerNorm encoder layers, a pooled classifier."""
+  def __init__(self, vocab=1000, dim=64, heads=4, layers=2, maxlen=32):
+    self.tok, self.pos, self.ln = Embedding(vocab, dim), Embedding(maxlen, dim), LayerNorm(dim)
+    self.layers, self.pool, self.cls = [EncoderLayer(dim, heads) for _ in range(layers)], Linear(dim, dim), Linear(dim, 2)
+  def __call__(self, ids, attn):
+    x = self.ln(self.tok(ids) + self.pos(Tensor.arange(ids.shape[1]).reshape(1, -1)))
+    mask = (1 - attn.reshape(attn.shape[0], 1, 1, attn.shape[1])) * -10000.0
+    for l in self.layers: x = l(x, mask)
+    return self.cls(self.pool(x[:, 0]).tanh()).log_softmax()
+
+def up2(x: Tensor) -> Tensor:
+  """Nearest-neighbour upsampling by 2, as tinygrad 0.8.0 programs write it (it has no interpolate)."""
+  b, c, h, w = x.shape
+  return x.reshape(b, c, h, 1, w, 1).expand(b, c, h, 2, w, 2).reshape(b, c, h * 2, w * 2)
+
+class UNet:
+  def __init__(self, c=8):
+    self.d1, self.b1 = Conv2d(3, c, 3, padding=1), BatchNorm2d(c)
+    self.d2, self.g2 = Conv2d(c, 2 * c, 3, padding=1), GroupNorm(2, 2 * c)
+    self.mid = Conv2d(2 * c, 2 * c, 3, padding=1)
+    self.up = ConvTranspose2d(2 * c, c, 2, stride=2)
+    self.u1 = Conv2d(4 * c, 2 * c, 3, padding=1)
+    self.u0 = Conv2d(2 * c, c, 3, padding=1)
+    self.head = Conv2d(c, 1, 1)
+  def __call__(self, x):
+    s1 = self.b1(self.d1(x)).relu()
+    s2 = self.g2(self.d2(s1.max_pool2d())).silu()
+    m = self.mid(s2.avg_pool2d()).leakyrelu()
+    u = self.u1(up2(m).cat(s2, dim=1)).relu()
+    u = self.u0(self.up(u).cat(s1, dim=1)).elu()
+    return self.head(u).sigmoid()
+
+class ConvNet:  # tinygrad's examples/beautiful_mnist.py's model
+  def __init__(self):
+    self.layers = [Conv2d(1, 8, 5), Tensor.relu, Conv2d(8, 8, 5), Tensor.relu, BatchNorm2d(8), Tensor.max_pool2d,
+                   Conv2d(8, 16, 3), Tensor.relu, Conv2d(16, 16, 3), Tensor.relu, BatchNorm2d(16), Tensor.max_pool2d,
+                   lambda x: x.flatten(1), Linear(144, 10)]
+  def __call__(self, x): return x.sequential(self.layers)
+
+def seeded(m, seed: int) -> None:
+  """Random weights (BatchNorm's running variance positive), as a pretrained model's would be: never the init's zeros."""
+  rng = np.random.default_rng(seed)
+  for k, t in get_state_dict(m).items():
+    if "num_batches" in k: continue
+    val = np.abs(rng.standard_normal(t.shape)) + 0.5 if "running_var" in k else rng.standard_normal(t.shape) * 0.3
+    t.assign(Tensor(val.astype(t.dtype.np))).realize()
+
+def bert() -> np.ndarray:
+  """Two sequences of 32 tokens, the second padded after 20: class log-probabilities, from the JIT's replay."""
+  rng, m = np.random.default_rng(1), Bert()
+  seeded(m, 2)
+  ids, attn = Tensor(rng.integers(0, 1000, (2, 32)).astype(np.int32)), Tensor((np.arange(32) < np.array([[32], [20]])).astype(np.float32))
+  f = TinyJit(lambda i, a: m(i, a).realize())
+  return [f(ids, attn).numpy() for _ in range(3)][-1]  # run, capture, replay
+
+def unet() -> np.ndarray:
+  rng, m = np.random.default_rng(1), UNet()
+  seeded(m, 3)
+  return m(Tensor(rng.standard_normal((1, 3, 32, 32)).astype(np.float32))).numpy()
+
+def train() -> np.ndarray:
+  """Three steps on one batch of 16: the losses, then the last layer's weights."""
+  rng, m = np.random.default_rng(1), ConvNet()
+  seeded(m, 4)
+  X, Y = rng.standard_normal((16, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, (16,)).astype(np.int32)
+  opt = SGD(get_parameters(m), lr=0.01, momentum=0.9)  # Adam's g/sqrt(v) is sign(g) at step one: a 1-ulp change flips a weight
+  @TinyJit
+  def step(x, y):
+    with Tensor.train():
+      opt.zero_grad()
+      loss = m(x).sparse_categorical_crossentropy(y).backward()
+      opt.step()
+      return loss.realize()
+  losses = [step(Tensor(X), Tensor(Y)).numpy() for _ in range(3)]  # run, capture, replay
+  return np.concatenate([np.array(losses).ravel(), m.layers[-1].weight.numpy().ravel()])
+
+PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train}
