@@ -66,6 +66,16 @@ def test_example_style_programs_match_plain_tinygrad(name):
   # two codegens sum in different orders; the training step's three SGD steps carry those differences on (1e-4)
   np.testing.assert_allclose(got, want, rtol=1e-4 if name == "mnist_train_step" else 1e-5, atol=1e-6)
 
+def test_an_out_of_range_float_to_int_cast_saturates_in_every_kernel(enabled):
+  """tunesvc's defined cast (docs/kernel-format.md) where C's is undefined: the same value whether the float is loaded
+  or a constant the compiler could fold. Plain tinygrad 0.8.0 on clang has no rule to follow: every one of these
+  (NaN included) gives INT_MIN loaded (x86's cvttss2si) and 0 as `arange(1) + v`, which clang folds."""
+  vals = [2.0**31, 3e9, -3e9, float("nan"), 1e10, -(2.0**31) - 256, 2.0**31 - 128]
+  want = [2**31 - 1, 2**31 - 1, -2**31, 0, 2**31 - 1, -2**31, 2**31 - 128]
+  assert Tensor(vals).cast(dtypes.int32).numpy().tolist() == want
+  assert [(Tensor.arange(1).cast(dtypes.float32) + v).cast(dtypes.int32).numpy()[0] for v in vals] == want
+  assert tsvc.stats()["fallback"] == 0
+
 def test_symbolic_shapes_in_tinyjit(enabled):
   rng = np.random.default_rng(2)
   @TinyJit
