@@ -60,6 +60,12 @@ class UOp:
   arg: Any = None
   vec: int = 1
 
+  @property
+  def value_dtype(self) -> DType:
+    """The dtype of a uop that has a value (none: DEFINE_VAR, SPECIAL, LOOP, IF, their ends, BARRIER, STORE)."""
+    if self.dtype is None: raise ValueError(f"{self.op} has no value")
+    return self.dtype
+
 
 class Program:
   """The linear IR of one kernel: uops in order, its buffers and variables, the opts it was scheduled with and, on a

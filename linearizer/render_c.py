@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DType, bool_
 from linearizer.lower import Program, UOps
 from linearizer.symbolic import Var, evaluate, mod, parse, render, substitute
-from linearizer.tensor_cores import opencl_wmma
+from linearizer.tensor_cores import TensorCore, opencl_wmma
 from linearizer import vecmath
 
 
@@ -65,9 +65,12 @@ class Lang:
   convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
   vfma: str = "mulacc_{vt}({0},{1},{2})"
   gep: str = "{x}[{i}]"                              # lane i of vector x ({xyzw}: its letter, lanes 0-3)
-  wmma: Optional[Callable] = None                    # TensorCore -> (function, kernel declaration, call): tensor_cores.py
+  wmma: Optional[Callable[[TensorCore], tuple[str, str, str]]] = None  # TensorCore -> (function, kernel declaration, call): tensor_cores.py
 
   def ctype(self, dt: DType) -> str: return self.types.get(dt.name, dt.c)
+  def tensor_core(self, tc: TensorCore) -> tuple[str, str, str]:
+    if self.wmma is None: raise ValueError(f"{tc.name}: this language has no tensor cores")
+    return self.wmma(tc)
   def storage_type(self, dt: DType) -> str: return self.storage.get(dt.name, self.ctype(dt))
 
 
@@ -213,8 +216,8 @@ def vector_decls(prog: Program, lang: Lang) -> str:
   """C: typedefs of the vector types the program uses, each with its unaligned twin (for memory) and its lane mask,
   and the fused multiply-add of each vector type that has MULACCs. OpenCL has them built in."""
   if not lang.declare_vectors: return ""
-  vecs = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
-  fmas = [(u.dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in (UOps.ALU, UOps.ACC) and u.arg == "MULACC"]
+  vecs = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
+  fmas = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in (UOps.ALU, UOps.ACC) and u.arg == "MULACC"]
   out = [f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n"
          f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
          f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} "
@@ -259,24 +262,25 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
     return aligned if aligned and mod(idx, n) == 0 else fmt
   def expr(i: int, op: str, a: list[str]) -> str:
     u = prog.uops[i]
+    dt = u.value_dtype
     if u.vec > 1 and op in vecmath.FUNCS:  # float32 lanes in vecmath's vector function, else lane by lane
-      if lang.float_math and u.dtype.name == "float32": return f"tsvc_{op.lower()}_f{u.vec}({a[0]})"
-      lanes = [alu(op, u.dtype, [lang.gep.format(x=a[0], i=j, xyzw="xyzw"[j % 4])], u.dtype, lang) for j in range(u.vec)]
+      if lang.float_math and dt.name == "float32": return f"tsvc_{op.lower()}_f{u.vec}({a[0]})"
+      lanes = [alu(op, dt, [lang.gep.format(x=a[0], i=j, xyzw="xyzw"[j % 4])], dt, lang) for j in range(u.vec)]
       return lang.vbuild.format(xs=", ".join(lanes), vt=types[i])
-    if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, u.dtype, a, prog.uops[u.src[-1]].dtype, lang)  # operators work lane-wise
-    mt = mtype(u.dtype.itemsize, u.vec, lang)  # of this value's lanes (MAX, WHERE)
+    if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, dt, a, prog.uops[u.src[-1]].value_dtype, lang)  # operators work lane-wise
+    mt = mtype(dt.itemsize, u.vec, lang)  # of this value's lanes (MAX, WHERE)
     if op == "WHERE" and types[u.src[0]] != mt: a = [lang.convert.format(x=a[0], vt=mt), *a[1:]]  # a mask of other lanes
     return valu(op, a, types[i], mt, lang)
   for i, u in enumerate(prog.uops):
-    op, dt, src = u.op, u.dtype, [names.get(s) for s in u.src]
+    op, dt, src = u.op, u.dtype, [names[s] for s in u.src]
     if dt is not None:  # a bool vector is a mask of its operands' lanes
-      types[i] = mtype(prog.uops[u.src[0]].dtype.itemsize, u.vec, lang) if dt == bool_ and u.vec > 1 else vtype(dt, u.vec, lang)
+      types[i] = mtype(prog.uops[u.src[0]].value_dtype.itemsize, u.vec, lang) if dt == bool_ and u.vec > 1 else vtype(dt, u.vec, lang)
     if op in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR): continue
-    if op is UOps.CONST: names[i] = literal(u.arg, dt, lang)
+    if op is UOps.CONST: names[i] = literal(u.arg, u.value_dtype, lang)
     elif op is UOps.SPECIAL:
       var, kind, dim = u.arg
       line(f"{lang.index} {var.name} = {lang.ids[kind].format(dim, xyz='xyz'[dim])};")
-    elif op is UOps.DEFINE_LOCAL: line(f"{lang.shared}{lang.ctype(dt)} {u.arg[0]}[{u.arg[1]}];")
+    elif op is UOps.DEFINE_LOCAL: line(f"{lang.shared}{lang.ctype(u.value_dtype)} {u.arg[0]}[{u.arg[1]}];")
     elif op is UOps.BARRIER: line(lang.barrier)
     elif op is UOps.VBROADCAST: define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
     elif op is UOps.VBUILD: define(i, lang.vbuild.format(xs=", ".join(src), vt=types[i]))
@@ -294,7 +298,7 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
       line("}")
     elif op is UOps.DEFINE_ACC:
       names[i] = f"acc{i}"
-      acc = literal(u.arg, dt, lang)
+      acc = literal(u.arg, u.value_dtype, lang)
       line(f"{types[i]} acc{i} = {acc if u.vec == 1 else lang.vbroadcast.format(x=acc, vt=types[i])};")
     elif op is UOps.ACC:
       names[i] = src[0]
@@ -309,16 +313,16 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
     elif op is UOps.LOAD:
       b, idx, valid = u.arg
       x = at(b, idx) if u.vec == 1 else vmem(lang.vload, lang.vload_aligned, idx, u.vec).format(n=u.vec, p=ptr(b, idx), vt=types[i])
-      if isinstance(b, int) and dt.name in lang.load: x = lang.load[dt.name].format(x)
-      define(i, x if valid == 1 else f"(({ex(valid)})?{x}:{literal(0, dt, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
+      if isinstance(b, int) and u.value_dtype.name in lang.load: x = lang.load[u.value_dtype.name].format(x)
+      define(i, x if valid == 1 else f"(({ex(valid)})?{x}:{literal(0, u.value_dtype, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
     elif op is UOps.WMMA:
       names[i] = src[0]
       na = u.arg.elements("a")
-      line(f"{src[0]} = {lang.wmma(u.arg)[2].format(a=', '.join(src[1:1 + na]), b=', '.join(src[1 + na:]), c=src[0])};")
+      line(f"{src[0]} = {lang.tensor_core(u.arg)[2].format(a=', '.join(src[1:1 + na]), b=', '.join(src[1 + na:]), c=src[0])};")
     elif op is UOps.GEP: define(i, lang.gep.format(x=src[0], i=u.arg, xyzw="xyzw"[u.arg % 4]))
     elif op is UOps.CAST:
-      sdt = prog.uops[u.src[0]].dtype
-      define(i, cast(src[0], sdt, dt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, dt, types[i], lang))
+      sdt, ddt = prog.uops[u.src[0]].value_dtype, u.value_dtype
+      define(i, cast(src[0], sdt, ddt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, ddt, types[i], lang))
     else: define(i, expr(i, u.arg, src))
   q = f" {lang.restrict}" if lang.restrict else ""
   args = [f"{lang.buffer}{lang.storage_type(dt)}*{q} data{b}" for b, dt in prog.buffers] + [lang.var_arg.format(user[v.name].name) for v in prog.vars]
@@ -328,13 +332,13 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
   used = sorted({u.dtype.name for u in prog.uops if u.dtype is not None})
   needs = "".join(dict.fromkeys(lang.needs[d] for d in used if d in lang.needs))
   vectors = lang.vectors if any(u.vec > 1 for u in prog.uops) else ""
-  if lang.float_math:  # the lane counts whose float32 functions the program calls (1: scalars, float16/bfloat16 too)
-    math_lanes = sorted({u.vec if u.dtype.name == "float32" else 1 for u in prog.uops
-                         if u.op == "ALU" and u.arg in vecmath.FUNCS and u.dtype.name != "float64"})
-    needs += "".join(lang.float_math(n) for n in math_lanes)
+  if (float_math := lang.float_math) is not None:  # the lane counts whose float32 functions the program calls (1: scalars, float16/bfloat16 too)
+    math_lanes = sorted({u.vec if u.value_dtype.name == "float32" else 1 for u in prog.uops
+                         if u.op == "ALU" and u.arg in vecmath.FUNCS and u.value_dtype.name != "float64"})
+    needs += "".join(float_math(n) for n in math_lanes)
   fns = decls = ""
   for tc in dict.fromkeys(u.arg for u in prog.uops if u.op is UOps.WMMA):
-    fn, decl, _ = lang.wmma(tc)
+    fn, decl, _ = lang.tensor_core(tc)
     fns, decls = fns + fn, decls + (f"  {decl.format(warps=math.prod(prog.local) // tc.threads)}\n" if decl else "")
   return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + fns + \
     f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + decls + "\n".join(body) + "\n}\n"
