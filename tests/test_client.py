@@ -1,6 +1,6 @@
 """The client library against a real server (uvicorn on a loopback port): the user and worker calls, and opts_for's
 local cache (hits without network, misses, offline, cross-process safety, the cost of a hit)."""
-import json, os, socket, subprocess, sys, threading, time
+import builtins, json, os, socket, subprocess, sys, threading, time
 from pathlib import Path
 import pytest
 from linearizer import reference
@@ -128,6 +128,22 @@ def test_a_cache_hit_costs_well_under_50us(tmp_path):
       per_call.append((time.perf_counter() - t) / 2000)
   print(f"opts_for cache hit: {min(per_call) * 1e6:.1f} us")
   assert min(per_call) < 50e-6
+
+
+def test_a_cache_hit_reads_its_file_once_and_again_only_once_it_changed(tmp_path, monkeypatch):
+  k, (_, h) = example("sum_all"), cpu_fingerprint()
+  cache, opened, real_open = OptsCache(tmp_path), [], builtins.open
+  answer = lambda amt: {"kernel_key": k.key, "fingerprint": h, "action_space_version": 1, "opts": [{"op": "UPCAST", "axis": 0, "amt": amt}],
+                        "best_s": 1.0, "baseline_s": 2.0}
+  cache.put(answer(4))
+  monkeypatch.setattr(builtins, "open", lambda *a, **kw: opened.append(a[0]) or real_open(*a, **kw))
+  assert cache.get(k.key, h, 1) == answer(4) and len(opened) == 1
+  cache.get(k.key, h, 1)["opts"][0]["amt"] = 99  # the caller's own copy
+  assert cache.get(k.key, h, 1) == answer(4) and len(opened) == 1  # hits: a stat, no read
+  cache.put(answer(2))  # replaced (renamed into place): read again
+  assert cache.get(k.key, h, 1) == answer(2) and cache.get(k.key, h, 1) == answer(2) and len(opened) == 2
+  Path(cache.path(k.key, h, 1)).write_text(json.dumps(answer(2))[:-2])  # damaged in place
+  assert cache.get(k.key, h, 1) is None and len(opened) == 3
 
 
 CHURN = """

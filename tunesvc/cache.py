@@ -1,6 +1,7 @@
 """The runtime's local answers: one small JSON file per (action-space version, fingerprint, kernel key) under the user's
 cache dir. A write goes to a temporary file that is renamed into place, so every process and thread reads a whole answer
-or none, without locks; a hit is one open and one read (and an fstat where the caller bounds the answer's age)."""
+or none, without locks. A hit is one stat: each OptsCache keeps the answers it has parsed and checked, by the file's
+inode, size and modification time, and reads a file again only once it was replaced (a rename is a new inode) or changed."""
 from __future__ import annotations
 import json, math, os, re, tempfile, time
 from pathlib import Path
@@ -12,8 +13,10 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class OptsCache:
-  def __init__(self, root: str | Path | None = None):
+  def __init__(self, root: str | Path | None = None, max_kept: int = 1 << 14):
     self.root = str(Path(root) if root is not None else cache_dir("opts"))
+    self.max_kept = max_kept
+    self.kept: dict[str, tuple[tuple[int, int, int], dict]] = {}  # path -> ((inode, size, mtime_ns), the well-formed answer read there)
 
   def path(self, key: str, fingerprint: str, version: int) -> str:
     # names come from callers and from the server: only hashes and an int may become a path
@@ -26,12 +29,18 @@ class OptsCache:
     answer for exactly this key (a damaged file, another kernel's answer, a directory in its place: a miss, replaced by
     the next answer)."""
     path = self.path(key, fingerprint, version)
-    try:
-      with open(path, "rb") as f:
-        if max_age_s < math.inf and time.time() - os.fstat(f.fileno()).st_mtime > max_age_s: return None
-        answer = json.loads(f.read())
+    try: st = os.stat(path)
     except (OSError, ValueError): return None
-    return answer if well_formed(answer, key, fingerprint, version) else None
+    if time.time() - st.st_mtime > max_age_s: return None
+    ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if (seen := self.kept.get(path)) is None or seen[0] != ident:
+      try:
+        with open(path, "rb") as f: answer = json.loads(f.read())
+      except (OSError, ValueError): return None
+      if not well_formed(answer, key, fingerprint, version): return None
+      if len(self.kept) >= self.max_kept: self.kept = {}
+      self.kept[path] = seen = (ident, answer)
+    return {**seen[1], "opts": [dict(o) for o in seen[1]["opts"]]}  # the caller's own copy: what is kept stays as read
 
   def put(self, answer: dict) -> None:  # OSError where the disk is full or the path is taken: the caller's to shrug off
     """Store a GET /v1/opts answer under its own key, fingerprint and version."""

@@ -20,8 +20,11 @@ def default_url() -> str:
   return f"sqlite:///{path}"
 
 def make_engine(url: str) -> Engine:
+  # a server's connection can drop (a restart, a terminated backend): each checkout pings it first. A SQLite connection is
+  # a file handle that stays good (a full disk or a held lock fails the statement, not the connection): no ping, which
+  # would be one more statement per lookup
   if not url.startswith("sqlite"): return create_engine(url, pool_pre_ping=True)
-  engine = create_engine(url, pool_pre_ping=True)
+  engine = create_engine(url)
   @event.listens_for(engine, "connect")
   def connect(dbapi_conn, _):
     dbapi_conn.isolation_level = None  # the driver's own BEGIN is deferred; we send ours
