@@ -71,6 +71,7 @@ def forge(urls: list[str], rng: random.Random, counts: dict) -> None:
     try:
       wid = thief.register("thief", "CPU", fp, cpu.fingerprint_hash(fp), cpu.options().to_json())
       counts["thieves"].add(wid)
+      via.worker_keys[wid] = thief.worker_keys[wid]  # its own worker's key: it reports through another API process
       targets = [j for j in user.jobs(state="queued", limit=20)["jobs"] if j["kind"] == "tune"][:1]
       if (c := thief.claim(wid, LEASE_S)) is not None: targets.append(c)
       for j in targets:

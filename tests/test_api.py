@@ -406,6 +406,43 @@ def test_a_stolen_worker_token_cannot_act_as_another_worker(api):
   assert report(api, honest, job).status_code == 200
 
 
+def test_only_the_submitter_or_an_admin_cancels_a_job_and_a_cancelled_running_job_takes_no_report(tmp_path):
+  """Before: any submit token cancelled any job, a confirmation too (which refutes its result: another's kernel left untuned)."""
+  other = {"Authorization": "Bearer sub2"}
+  with make_client(tmp_path, tokens={**TOKENS, "sub2": "submit"}) as api:
+    mine, theirs = submit(api, [example("sum_all"), example("matmul_512")])
+    wid = register(api)
+    assert claim(api, wid)["job_id"] == mine["job_id"] and report(api, wid, mine).status_code == 200
+    check = claim(api, wid)
+    assert check["kind"] == "confirm"
+    cancel = lambda job, headers: api.post(f"/v1/jobs/{job['job_id']}/cancel", json={"reason": "mine now"}, headers=headers)
+    for job, headers in [(theirs, other), (check, SUB), (check, other)]:
+      r = cancel(job, headers)
+      assert r.status_code == 403 and "only it or an admin may cancel it" in r.json()["detail"], r.text
+    assert api.get(f"/v1/jobs/{mine['job_id']}", headers=SUB).json()["state"] == "done"  # its confirmation runs on
+    assert cancel(check, ADM).status_code == 200  # an admin may: the result it would confirm is refuted
+    assert api.get(f"/v1/jobs/{mine['job_id']}", headers=SUB).json()["state"] == "failed"
+    assert claim(api, wid)["job_id"] == theirs["job_id"]
+    assert cancel(theirs, SUB).status_code == 200  # its submitter's, while it runs
+    assert api.post(f"/v1/workers/{wid}/heartbeat", json={"job_id": theirs["job_id"]}, headers=W(wid)).status_code == 409  # stop
+    r = report(api, wid, theirs)
+    assert r.status_code == 409 and "has failed" in r.json()["detail"] and "cancelled: mine now" in r.json()["detail"]
+
+
+def test_one_caller_may_have_only_so_many_jobs_waiting(tmp_path):
+  with make_client(tmp_path, tokens={**TOKENS, "sub2": "submit"}, max_pending_jobs=3) as api:
+    ks = examples()[:5]
+    post = lambda kernels, headers: api.post("/v1/kernels", json={"kernels": [k.to_json() for k in kernels]}, headers=headers)
+    assert post(ks[:2], SUB).status_code == 202
+    r = post(ks[2:4], SUB)
+    assert r.status_code == 429 and r.headers["Retry-After"] and "2 of your jobs wait already and this would add 2" in r.json()["detail"]
+    assert post(ks[:2], SUB).status_code == 202 and post(ks[2:3], SUB).status_code == 202  # shared jobs cost nothing; one more fits
+    assert post(ks[3:4], SUB).status_code == 429
+    assert post(ks[3:5], {"Authorization": "Bearer sub2"}).status_code == 202  # another caller's own bound
+    assert post(examples()[5:9], ADM).status_code == 202  # an admin's are not bounded
+    assert api.get("/v1/jobs", headers=SUB).json()["counts"] == {"queued": 9}
+
+
 def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_path):
   """The issue's attack with a stolen worker token: a report for a job never claimed, with verified true, best_s 1e-30 and
   opts that do not fit the 1-axis kernel; then a plausible forgery under a real lease, which the second measurement refutes."""

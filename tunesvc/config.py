@@ -48,6 +48,7 @@ class Settings:
   # busy_retries times at most (tunesvc/store/queue.py)
   busy_retries: int = 6
   busy_backoff_s: float = 30.0
+  max_pending_jobs: int = 10000        # queued or running jobs one caller (token; address without tokens) may have; admins: any
 
   @functools.cached_property
   def roles_by_digest(self) -> dict[str, str]:
@@ -65,7 +66,7 @@ class Settings:
     """TUNESVC_DATABASE_URL, TUNESVC_TOKENS ('tok:role,...'), TUNESVC_TOKENS_FILE, TUNESVC_OPEN_LOOKUPS (0/1),
     TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S, TUNESVC_CONFIRM_TOLERANCE, TUNESVC_CONFIRM_BASELINE_FACTOR,
     TUNESVC_CONFIRM_ON_OTHER_WORKER (0/1), TUNESVC_WORKER_OFFLINE_S, TUNESVC_OPEN_RATE_PER_S, TUNESVC_LOOKUP_NODES,
-    TUNESVC_MAX_KERNEL_BYTES, TUNESVC_BUSY_RETRIES, TUNESVC_BUSY_BACKOFF_S."""
+    TUNESVC_MAX_KERNEL_BYTES, TUNESVC_BUSY_RETRIES, TUNESVC_BUSY_BACKOFF_S, TUNESVC_MAX_PENDING_JOBS."""
     tokens = parse_tokens(env.get("TUNESVC_TOKENS", ""))
     if path := env.get("TUNESVC_TOKENS_FILE"): tokens |= parse_tokens(Path(path).read_text())
     return Settings(database_url=env.get("TUNESVC_DATABASE_URL") or None, tokens=tokens,
@@ -78,4 +79,5 @@ class Settings:
                     worker_offline_s=float(env.get("TUNESVC_WORKER_OFFLINE_S", 180.0)),
                     open_rate_per_s=float(env.get("TUNESVC_OPEN_RATE_PER_S", 1000.0)), lookup_nodes=int(env.get("TUNESVC_LOOKUP_NODES", 16384)),
                     max_kernel_bytes=int(env.get("TUNESVC_MAX_KERNEL_BYTES", 16 << 30)),
-                    busy_retries=int(env.get("TUNESVC_BUSY_RETRIES", 6)), busy_backoff_s=float(env.get("TUNESVC_BUSY_BACKOFF_S", 30.0)))
+                    busy_retries=int(env.get("TUNESVC_BUSY_RETRIES", 6)), busy_backoff_s=float(env.get("TUNESVC_BUSY_BACKOFF_S", 30.0)),
+                    max_pending_jobs=int(env.get("TUNESVC_MAX_PENDING_JOBS", 10000)))

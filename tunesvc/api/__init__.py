@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   app.add_exception_handler(queue.Conflict, lambda _, e: error(409, str(e)))
   app.add_exception_handler(queue.Invalid, lambda _, e: error(422, str(e)))
   app.add_exception_handler(queue.Forbidden, lambda _, e: error(403, str(e)))
+  app.add_exception_handler(queue.TooMany, lambda _, e: error(429, str(e), {"Retry-After": "60"}))
   app.add_exception_handler(exc.OperationalError, database_trouble)
   app.add_exception_handler(exc.InterfaceError, database_trouble)
 

@@ -4,7 +4,7 @@ import math
 from typing import Annotated, Optional
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from linearizer.ast import KernelAST, KernelValidationError, load
-from tunesvc.api.auth import ANY, role
+from tunesvc.api.auth import ANY, SUBMITTER, Caller
 from tunesvc.api.models import CancelRequest, DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, \
   ResultOut, State, SubmitRequest, SubmitResponse, storable
 from tunesvc.store import queue, reads
@@ -44,17 +44,19 @@ def load_all(docs: list[dict], field: str, max_bytes: Optional[int] = None) -> l
   return out
 
 
-@router.post("/kernels", status_code=202, response_model=SubmitResponse, dependencies=[role("submit")])
-def submit(body: SubmitRequest, request: Request):
+@router.post("/kernels", status_code=202, response_model=SubmitResponse, responses={429: {"description": "too many of the caller's jobs wait"}})
+def submit(body: SubmitRequest, request: Request, who: Caller = SUBMITTER):
   """Queue a tuning job per kernel. A kernel with a queued, running or done job for the same device and search settings
-  shares that job; a done one carries its result."""
+  shares that job; a done one carries its result. A caller (a token; an address where there are none) may have at most
+  TUNESVC_MAX_PENDING_JOBS queued or running."""
   kernels = load_all(body.kernels, "kernels", request.app.state.settings.max_kernel_bytes)
   settings = body.search.model_dump()
   if settings["action_space_version"] is None: del settings["action_space_version"]  # settings (and their hash) as before it existed
   if body.runs is not None and (body.model is None or len(body.runs) != len(kernels) or min(body.runs) < 1):
     raise HTTPException(422, "runs needs a model and one count of at least 1 per kernel")
-  jobs = queue.submit(request.app.state.store, kernels, body.device, settings, body.priority,
-                      request.app.state.settings.max_attempts, body.model, body.runs)
+  cfg = request.app.state.settings
+  jobs = queue.submit(request.app.state.store, kernels, body.device, settings, body.priority, cfg.max_attempts, body.model, body.runs,
+                      who.submitter, None if who.admin and cfg.tokens else cfg.max_pending_jobs)
   known, warnings = reads.devices(request.app.state.store), []
   if body.device not in known:
     warnings.append(f"no worker has registered device {body.device}: the jobs wait for one; registered: "
@@ -62,10 +64,12 @@ def submit(body: SubmitRequest, request: Request):
   return SubmitResponse(jobs=[JobOut.of(j, r) for j, r in jobs], warnings=warnings)
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobOut, dependencies=[role("submit")], responses={409: {"description": "the job has ended"}})
-def cancel(job_id: IdPath, body: CancelRequest, request: Request):
-  """A queued or running job ends failed with the reason; its worker stops at its next heartbeat."""
-  return JobOut.of(queue.cancel(request.app.state.store, job_id, body.reason), None)
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, responses={403: {"description": "another caller's job, or a confirmation"},
+                                                                       409: {"description": "the job has ended"}})
+def cancel(job_id: IdPath, body: CancelRequest, request: Request, who: Caller = SUBMITTER):
+  """A queued or running job ends failed with the reason; its worker stops at its next heartbeat. Only the caller that
+  submitted it, or an admin, may cancel a job (confirmations: an admin)."""
+  return JobOut.of(queue.cancel(request.app.state.store, job_id, body.reason, None if who.admin else who.submitter), None)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, dependencies=[ANY])

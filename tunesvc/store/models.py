@@ -87,8 +87,10 @@ class Job(Base):
   last_owner: Mapped[Optional[int]]   # the worker whose lease lapsed last: it alone may still report the queued job
   not_before: Mapped[Optional[float]]  # refused as "device busy": no claim before then (queue.Backoff)
   busy: Mapped[int] = mapped_column(Integer, default=0)  # "device busy" refusals so far: bounded apart from failed attempts
+  submitter: Mapped[Optional[str]] = mapped_column(String(64))  # who asked (api/auth.py Caller); None: the service itself
   __table_args__ = (
     Index("ix_jobs_claim", "state", "device", "priority"),
+    Index("ix_jobs_submitter", "submitter", "state"),
     # identical requests share a job: one that is not failed per (kernel, selector, settings)
     Index("ux_jobs_request", "kernel_key", "device", "settings_hash", unique=True,
           sqlite_where=text(NOT_FAILED), postgresql_where=text(NOT_FAILED)),

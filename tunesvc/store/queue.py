@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib, hmac, json, time
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
-from sqlalchemy import delete, or_, select, text
+from sqlalchemy import delete, func, or_, select, text
 from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST, load
 from search.result import SearchResult
@@ -43,7 +43,8 @@ from tunesvc.store.models import NOT_FAILED, Base, Best, Fingerprint, Job, Kerne
 class NotFound(LookupError): pass
 class Conflict(RuntimeError): pass     # the job's state refuses the request
 class Invalid(ValueError): pass        # the request contradicts what the store holds
-class Forbidden(PermissionError): pass  # a worker call without that worker's key
+class Forbidden(PermissionError): pass  # a worker call without that worker's key; a cancel of someone else's job
+class TooMany(RuntimeError): pass     # a submitter's jobs waiting would pass its bound
 
 
 @dataclass(frozen=True)
@@ -80,19 +81,28 @@ def _worker(s: Session, worker_id: int, key: Optional[str] = None) -> tuple[Work
 
 
 def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, priority: int = 0,
-           max_attempts: int = 3, model: Optional[str] = None, runs: Optional[list[int]] = None) -> list[tuple[Job, Optional[Result]]]:
+           max_attempts: int = 3, model: Optional[str] = None, runs: Optional[list[int]] = None, submitter: Optional[str] = None,
+           max_pending: Optional[int] = None) -> list[tuple[Job, Optional[Result]]]:
   """A job per kernel, with its result: a kernel that has a queued, running or done job for (device, settings) gets that
   job, so identical pending requests share one and a tuned kernel is answered at once. With `model`, the kernels are
-  recorded as that model's, with their `runs` (1 each where not given; a later submission's count replaces it)."""
+  recorded as that model's, with their `runs` (1 each where not given; a later submission's count replaces it). New jobs
+  are the `submitter`'s, who may have at most `max_pending` queued or running (TooMany past it; nothing is written)."""
   t, sh = time.time(), settings_hash(settings)
   unique = {k.key: k for k in kernels}
   with st.write() as s:
+    if submitter is not None and max_pending is not None:
+      shared = s.scalar(select(func.count()).select_from(Job).where(Job.kernel_key.in_(unique), Job.device == device, Job.settings_hash == sh,
+                                                                    Job.state != "failed")) or 0
+      pending = s.scalar(select(func.count()).select_from(Job).where(Job.submitter == submitter, Job.state.in_(("queued", "running")))) or 0
+      if pending + (new := len(unique) - shared) > max_pending:
+        raise TooMany(f"{pending} of your jobs wait already and this would add {new}: at most {max_pending} may wait "
+                      "(TUNESVC_MAX_PENDING_JOBS); submit again once some have ended")
     s.execute(st.insert(Kernel).on_conflict_do_nothing(), [dict(key=k.key, document=k.to_json(), name=k.name, flops=k.flops(),
                                                                 bytes=k.bytes(), created=t) for k in unique.values()])
     # the partial unique index (not failed) decides between concurrent identical submissions
     s.execute(st.insert(Job).on_conflict_do_nothing(index_elements=["kernel_key", "device", "settings_hash"], index_where=text(NOT_FAILED)),
               [dict(kernel_key=key, device=device, settings=settings, settings_hash=sh, state="queued", error="", priority=priority,
-                    attempts=0, max_attempts=max_attempts, created=t) for key in unique])
+                    attempts=0, max_attempts=max_attempts, created=t, submitter=submitter) for key in unique])
     if model is not None:
       counts = dict(zip((k.key for k in kernels), runs or [1] * len(kernels)))
       ins = st.insert(ModelKernel)
@@ -123,10 +133,14 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
   return w
 
 
-def cancel(st: Store, job_id: int, reason: str) -> Job:
-  """A queued or running job ends failed with the reason (its worker's next heartbeat is refused: it stops searching)."""
+def cancel(st: Store, job_id: int, reason: str, by: Optional[str] = None) -> Job:
+  """A queued or running job ends failed with the reason (its worker's next heartbeat is refused: it stops searching).
+  `by`: the submitter asking, who may cancel only its own jobs (None: an admin, or the service; it may cancel any, a
+  confirmation too -- whose cancel refutes its result)."""
   with st.write() as s:
     job = _get(s, Job, job_id, lock=True)
+    if by is not None and job.submitter != by:
+      raise Forbidden(f"job {job_id} is {'the service' if job.kind == 'confirm' else 'another submitter'}'s: only it or an admin may cancel it")
     if job.state in ("done", "failed"): raise Conflict(f"job {job_id} has ended: it is {job.state}")
     job.state, job.finished, job.error = "failed", time.time(), job.error + f"cancelled: {reason}\n"
     job.lease_owner = job.lease_expires = job.last_owner = None
