@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable without installing the package
 sys.path.insert(0, str(ROOT / "tests"))  # the harness, tests/fuzz_harness.py, which the tests import too
 from fuzz_harness import CORPUS, EXAMPLES, Pool, fuzz, kernel_pool, replay, table  # noqa: E402
+from linearizer.fuzz import Outcome  # noqa: E402
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -64,7 +65,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   t2 = time.perf_counter()
   print(table(counts))
   print(f"{args.cases} cases in {t2 - t1:.1f} s ({(t2 - t1) / max(1, args.cases) * 1e3:.0f} ms a case, {args.jobs} jobs); loading {t1 - t0:.1f} s")
-  return 0 if set(counts) <= {"PASS"} else 1
+  return 0 if set(counts) <= {Outcome.PASS} else 1
 
 
 if __name__ == "__main__":

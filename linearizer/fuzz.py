@@ -7,6 +7,7 @@ so this module stays free of devices, as the rest of linearizer/.
 from __future__ import annotations
 import math, random
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Mapping, Optional
 from linearizer import builders as B
 from linearizer.ast import KernelAST
@@ -25,6 +26,11 @@ def positions(k: KernelAST, var_vals: Mapping[str, int]) -> int:
   """Full-shape positions at var_vals: what a reference run costs."""
   return math.prod(k.shape_at(k.full_shape, var_vals))
 
+class Outcome(StrEnum):
+  """How a fuzz case ended (bench/fuzz_linearizer.py's docstring says what each means); str-valued, as replay files hold it."""
+  PASS = "PASS"; MISMATCH = "MISMATCH"; ILLEGAL_OPT = "ILLEGAL_OPT"; OPT_ERROR = "OPT_ERROR"; COMPILE_ERROR = "COMPILE_ERROR"
+  RUN_ERROR = "RUN_ERROR"; ERROR = "ERROR"
+
 @dataclass
 class Case:
   """One fuzz case, JSON-ready: what a replay file holds besides the outcome. Without opts and var_vals (None) it is
@@ -34,18 +40,19 @@ class Case:
   var_vals: Optional[dict[str, int]]
   seed: int
   label: str = ""
-  status: str = ""
+  status: Optional[Outcome] = None  # None until it ran
   message: str = ""
   extra: dict = field(default_factory=dict)  # where it ran: device, asan, max_positions
   compile_s: Optional[float] = None           # CPU seconds its compile took (0 from the cache); not replayed
 
   def to_json(self) -> dict:
-    return {"label": self.label, "status": self.status, "message": self.message, **self.extra, "seed": self.seed,
+    return {"label": self.label, "status": self.status or "", "message": self.message, **self.extra, "seed": self.seed,
             "var_vals": self.var_vals, "opts": None if self.opts is None else [o.to_json() for o in self.opts], "kernel": self.doc}
   @staticmethod
   def from_json(d: dict) -> Case:
     return Case(d["kernel"], None if d["opts"] is None else [Opt.from_json(o) for o in d["opts"]], d["var_vals"], d["seed"], d.get("label", ""),
-                d.get("status", ""), d.get("message", ""), {k: d[k] for k in ("device", "asan", "max_positions") if k in d})
+                Outcome(d["status"]) if d.get("status") else None, d.get("message", ""),
+                {k: d[k] for k in ("device", "asan", "max_positions") if k in d})
 
 
 def draw_var_vals(k: KernelAST, rng: random.Random, max_positions: int) -> dict[str, int]:

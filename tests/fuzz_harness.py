@@ -12,7 +12,7 @@ from devices import registry
 from linearizer import reference
 from linearizer.ast import KernelAST, load, loads
 from linearizer.compare import compare
-from linearizer.fuzz import Case, builder_kernel, draw_case, positions
+from linearizer.fuzz import Case, Outcome, builder_kernel, draw_case, positions
 from linearizer.kernel import Kernel, OptError, allowed_ops
 from linearizer.lower import lower
 from search.pool import die_with_parent
@@ -21,7 +21,6 @@ from tunesvc.cli import read_documents
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"
 EXAMPLES = ROOT / "examples" / "kernels"
-STATUSES = ("PASS", "MISMATCH", "ILLEGAL_OPT", "OPT_ERROR", "COMPILE_ERROR", "RUN_ERROR", "ERROR")
 ASAN_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer")
 MAX_MESSAGE = 2000
 SLOW_COMPILE_S = 10.0  # compiler CPU seconds past which a case is called out: a search compiles hundreds of candidates
@@ -35,7 +34,7 @@ def _compiler_cpu_s() -> float:
   return r.ru_utime + r.ru_stime + time.process_time()
 
 def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None, on_compiled=lambda s: None,
-            compile_timeout: Optional[float] = None) -> tuple[str, str]:
+            compile_timeout: Optional[float] = None) -> tuple[Outcome, str]:
   """(status, message) of one case. `on_compiled` gets the CPU seconds the compiler took (0 from the compile cache),
   `on_run` is called just before the compiled program runs (a crash after it is the program's). Buffers are exactly
   `buffer_sizes` long, so under ASan an access one past the end aborts. `compile_timeout` replaces the device's
@@ -46,20 +45,20 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
   k = load(case.doc).rebased()
   vv = k.var_vals(case.var_vals)
   try: kern = Kernel(k, dev.options()).apply_opts(case.opts)
-  except OptError as e: return "OPT_ERROR", f"the schedule is rejected: {e}"
-  if bad := [o for o in kern.applied_opts if o.op not in allowed_ops(kern.options)]: return "ILLEGAL_OPT", f"{device} accepted {bad[0]}"
+  except OptError as e: return Outcome.OPT_ERROR, f"the schedule is rejected: {e}"
+  if bad := [o for o in kern.applied_opts if o.op not in allowed_ops(kern.options)]: return Outcome.ILLEGAL_OPT, f"{device} accepted {bad[0]}"
   try: src = dev.render(lower(kern, "kernel"))
-  except OptError as e: return "OPT_ERROR", f"accepted, then lowering raised: {e}"
+  except OptError as e: return Outcome.OPT_ERROR, f"accepted, then lowering raised: {e}"
   t0 = _compiler_cpu_s()
   try: prog = dev.Program(dev.compile(src, flags, **limit), "kernel")
-  except dev.CompileError as e: return "COMPILE_ERROR", str(e)
+  except dev.CompileError as e: return Outcome.COMPILE_ERROR, str(e)
   finally: on_compiled(_compiler_cpu_s() - t0)
   bufs = reference.random_buffers(k, vv, case.seed)
   want = [b.copy() for b in bufs]
   reference.run(k, want, vv)
   on_run()
   prog(*bufs, var_vals=[vv[v.name] for v in k.vars])
-  return ("MISMATCH", msg) if (msg := compare(k, bufs, want, vv)) else ("PASS", "")
+  return (Outcome.MISMATCH, msg) if (msg := compare(k, bufs, want, vv)) else (Outcome.PASS, "")
 
 
 def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeout: float) -> None:
@@ -77,7 +76,7 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeo
         conn.send(("case", case))
       status, msg = execute(case, device, flags, lambda: conn.send(("run",)), lambda s: conn.send(("compiled", s)), timeout)
     except Exception:
-      status, msg = "ERROR", traceback.format_exc()
+      status, msg = Outcome.ERROR, traceback.format_exc()
     conn.send(("done", status, msg[-MAX_MESSAGE:]))
 
 
@@ -123,7 +122,7 @@ class Pool:
         if v is None: del os.environ[k]
         else: os.environ[k] = v
 
-  def _poll(self, w: _Worker) -> Optional[tuple[str, str]]:
+  def _poll(self, w: _Worker) -> Optional[tuple[Outcome, str]]:
     """The result of w's case once there is one: its own, or what its death or a timeout makes it."""
     with contextlib.suppress(EOFError, OSError):
       while w.conn.poll():
@@ -136,14 +135,14 @@ class Pool:
     if time.monotonic() - w.since > self.timeout:
       w.proc.kill()
       w.proc.join()
-      return ("RUN_ERROR" if w.running else "ERROR"), f"timed out after {self.timeout:g} s {where}"
+      return (Outcome.RUN_ERROR if w.running else Outcome.ERROR), f"timed out after {self.timeout:g} s {where}"
     if w.proc.is_alive(): return None
     w.proc.join()
     code = w.proc.exitcode
     msg = f"worker {f'killed by {signal.Signals(-code).name}' if code < 0 else f'exited with {code}'} {where}"
     if self.asan and (log := Path(self.logs.name) / f"asan.{w.proc.pid}").exists():
       msg += "\n" + log.read_text()[:MAX_MESSAGE]  # its head: the error, the access, the stack
-    return ("RUN_ERROR" if w.running else "ERROR"), msg
+    return (Outcome.RUN_ERROR if w.running else Outcome.ERROR), msg
 
   def _end(self, w: _Worker) -> None:
     if w.proc.is_alive():
@@ -225,7 +224,7 @@ def table(counts: dict[str, collections.Counter]) -> str:
   """Cases per status (rows) and source (columns)."""
   sources = sorted({s for c in counts.values() for s in c})
   lines = [f"{'status':<14}{'total':>7}" + "".join(f"{s[:12]:>13}" for s in sources)]
-  for st in STATUSES:
+  for st in Outcome:
     c = counts.get(st, collections.Counter())
     lines.append(f"{st:<14}{sum(c.values()):>7}" + "".join(f"{c[s]:>13}" for s in sources))
   return "\n".join(lines)
@@ -240,13 +239,13 @@ def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out
   for n, case in enumerate(pool.run(undrawn(kernels, cases, seed, per_kernel)), 1):
     counts[case.status][case.label.split(":")[0]] += 1
     if progress and n % progress == 0:
-      log(f"{n} cases in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{st} {sum(counts[st].values())}" for st in STATUSES if counts.get(st)))
+      log(f"{n} cases in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{st} {sum(counts[st].values())}" for st in Outcome if counts.get(st)))
     if case.compile_s is not None:
       slowest = sorted(slowest + [(case.compile_s, describe(case))], reverse=True)[:5]
       if case.compile_s > SLOW_COMPILE_S: log(f"SLOW COMPILE {case.compile_s:.1f} s {describe(case)}")
-    if case.status != "PASS":
+    if case.status != Outcome.PASS:
       msg = case.message.strip()
-      msg = msg[-800:] if case.status == "ERROR" else msg[:800]  # a traceback ends with its error
+      msg = msg[-800:] if case.status == Outcome.ERROR else msg[:800]  # a traceback ends with its error
       log(f"{case.status} {describe(case)}" + (f" -> {save(case, out)}" if out else "") + f"\n  {msg}")
   log("slowest compiles (compiler CPU s): " + "; ".join(f"{s:.1f} {d}" for s, d in slowest))
   return counts
@@ -264,5 +263,5 @@ def replay(path: str, print_source: bool, timeout: float) -> int:
     (got,) = pool.run([case])
   if got.compile_s is not None: print(f"compile: {got.compile_s:.1f} s of compiler CPU")
   print(f"{got.status}" + (f": {got.message.strip()}" if got.message else ""))
-  return 0 if got.status == "PASS" else 1
+  return 0 if got.status == Outcome.PASS else 1
 
