@@ -23,8 +23,8 @@ Polynomials are evaluated by Estrin's scheme (powers r^2, r^4, ... and independe
 transcendentals are latency-bound, and Horner's 10 dependent FMAs are 40 cycles. Each lane count is static inline
 functions over gcc vector types, so gcc keeps them in AVX-512/AVX2 registers: doubles computed a register at a time
 (8 lanes with AVX-512, 4 without), wider float instances as two halves; the scalar one is the 1-lane instance. Selects
-are bit masks, as the renderer's; FMAs the x86 intrinsics where the ISA has them (-ffp-contract=off fuses nothing),
-else a multiply and an add (the polynomials' error budget holds either way; the reductions do not rely on fusion).
+are bit masks, as the renderer's; FMAs fused where the ISA has them (-ffp-contract=off fuses nothing unasked), else a
+multiply and an add (the polynomials' error budget holds either way; the reductions do not rely on fusion).
 Coefficients and tables: mpmath at 60 digits, Chebyshev interpolation at degree + 1 nodes, rounded to double; errors
 measured at 60 digits on 4001 points.
 """
@@ -34,6 +34,8 @@ import math
 FUNCS = ("EXP2", "LOG2", "SIN")
 SIN_BIG = 2.0 ** 22  # |x| beyond it takes sin's exact fallback
 _NAN = '__builtin_nan("")'
+# gcc decides what to inline: forcing every call inline made elementwise_chain (12 sin halves) 15-60% slower
+_INLINE = "static inline"
 
 def _f(h: str) -> float: return float.fromhex(h)
 def _hex(c: float) -> str: return float(c).hex()
@@ -69,25 +71,29 @@ def _types(n: int) -> str:
           f"typedef double tsvc_d{n} __attribute__((vector_size({8 * n})));\n"
           f"typedef long long tsvc_l{n} __attribute__((vector_size({8 * n})));\n")
 
-# lanes -> (the macro saying x86 has it, the intrinsic) for a*b+c rounded once on tsvc_d{n}, and for "is any lane of the
-# mask m set" (a loop over the lanes is a scalar extract and OR per lane)
-_FMA = {1: ("__FMA__", "(tsvc_d1){__builtin_fma(a[0], b[0], c[0])}"),
-        4: ("__FMA__", "(tsvc_d4)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c)"),
-        8: ("__AVX512F__", "(tsvc_d8)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c)")}
-_ANY = {1: ("1", "m[0] != 0"), 4: ("__AVX__", "_mm256_movemask_pd((__m256d)m) != 0"),
-        8: ("__AVX512F__", "_mm512_test_epi64_mask((__m512i)m, (__m512i)m) != 0")}
+# lanes -> a*b+c rounded once on tsvc_d{n} where x86 has an FMA: gcc makes one vfmadd of a lane loop of fma() and needs
+# no header (parsing <immintrin.h> is ~0.15 s of a kernel's compile); clang, which leaves that loop partly scalar, takes
+# the intrinsic. Elsewhere a multiply and an add: the polynomials' error budget holds either way.
+_FMA_X86 = {4: ("__FMA__", "_mm256_fmadd_pd", "__m256d"), 8: ("__AVX512F__", "_mm512_fmadd_pd", "__m512d")}
 
 def _helpers(n: int) -> str:
-  """tsvc_fma_d{n}, tsvc_any_l{n} and tsvc_lookup_d{n} (16-entry table, per lane: one two-register permute on AVX-512)."""
+  """tsvc_fma_d{n}, tsvc_any_l{n} (is any lane of a mask set: OR-ed halves; a lane loop is an extract and an OR a lane)
+  and tsvc_lookup_d{n} (a 16-entry table per lane: one two-register permute on AVX-512)."""
   d, l = f"tsvc_d{n}", f"tsvc_l{n}"
-  intrinsic = lambda sig, guard, call, other: f"static inline {sig} {{\n#if {guard}\n  return {call};\n#else\n  {other}\n#endif\n}}\n"
-  fma = intrinsic(f"{d} tsvc_fma_d{n}({d} a, {d} b, {d} c)", f"defined({_FMA[n][0]})", _FMA[n][1], "return a * b + c;")
-  guard, call = _ANY[n]
-  fma += intrinsic(f"int tsvc_any_l{n}({l} m)", guard if guard == "1" else f"defined({guard})", call,
-                   f"long long any = 0;\n  for (int i = 0; i < {n}; i++) any |= m[i];\n  return any != 0;")
+  loop = f"{d} r;\n  for (int i = 0; i < {n}; i++) r[i] = __builtin_fma(a[i], b[i], c[i]);\n  return r;"
+  if n == 1: fma = "#if defined(__FMA__)\n  return (tsvc_d1){__builtin_fma(a[0], b[0], c[0])};\n"
+  else:
+    guard, fn, m = _FMA_X86[n]
+    fma = f"#if defined({guard}) && defined(__clang__)\n  return ({d}){fn}(({m})a, ({m})b, ({m})c);\n#elif defined({guard})\n  {loop}\n"
+  out = f"{_INLINE} {d} tsvc_fma_d{n}({d} a, {d} b, {d} c) {{\n{fma}#else\n  return a * b + c;\n#endif\n}}\n"
+  half = lambda lo: ", ".join(map(str, range(lo, lo + n // 2)))
+  halves = f"__builtin_shufflevector(m, m, {half(0)}) | __builtin_shufflevector(m, m, {half(n // 2)})"
+  anyl = {1: "return m[0] != 0;", 4: f"tsvc_l2 h = {halves};\n  return (h[0] | h[1]) != 0;", 8: f"return tsvc_any_l4({halves});"}[n]
+  out += ("typedef long long tsvc_l2 __attribute__((vector_size(16)));\n" if n == 4 else "") + \
+    f"{_INLINE} int tsvc_any_l{n}({l} m) {{\n  {anyl}\n}}\n"
   if n == 8: look = f"  {d} lo, hi;\n  memcpy(&lo, t, 64); memcpy(&hi, t + 8, 64);\n  return __builtin_shuffle(lo, hi, i);\n"
   else: look = f"  return ({d}){{{', '.join(f't[i[{j}]]' for j in range(n))}}};\n"
-  return fma + f"static inline {d} tsvc_lookup_d{n}(const double *t, {l} i) {{\n{look}}}\n"
+  return out + f"{_INLINE} {d} tsvc_lookup_d{n}(const double *t, {l} i) {{\n{look}}}\n"
 
 def _estrin(n: int, var: str, coeffs: list[float], name: str) -> tuple[list[str], str]:
   """(statements, expression): sum coeffs[i] var^i by Estrin's scheme, the powers var^2, var^4, ... as {name}2, {name}4."""
@@ -108,7 +114,7 @@ def _poly(n: int, var: str, coeffs: list[float], out: str) -> str:
 def _tables() -> str:
   arr = lambda name, xs: f"static const double {name}[16] __attribute__((aligned(64))) = {{{', '.join(map(_hex, xs))}}};\n"
   return "#ifndef TSVC_MATH_TABLES\n#define TSVC_MATH_TABLES\n#include <string.h>\n" + \
-    "#if defined(__x86_64__) || defined(__i386__)\n#include <immintrin.h>\n#endif\n" + \
+    "#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))\n#include <immintrin.h>\n#endif\n" + \
     arr("tsvc_log2_c", LOG2_C) + arr("tsvc_log2_logc", LOG2_LOGC) + "#endif\n"
 
 def _core(n: int) -> str:
@@ -118,7 +124,7 @@ def _core(n: int) -> str:
   c = lambda x: f"(({d}){{}}+{x})"  # a constant in every lane (only constants: -0 + 0 is +0)
   fma = f"tsvc_fma_d{n}"
   magic = "0x1.8p+52"  # adding it rounds a double of magnitude < 2^51 to an integer, kept in the low mantissa bits
-  return _helpers(n) + f"""static inline {d} tsvc_exp2_d{n}({d} x) {{
+  return _helpers(n) + f"""{_INLINE} {d} tsvc_exp2_d{n}({d} x) {{
   x = {s("x > 129.0", c("129.0"), "x")};
   x = {s("x < -152.0", c("-152.0"), "x")};
   {d} t = x + {magic};
@@ -126,7 +132,7 @@ def _core(n: int) -> str:
 {_poly(n, "r", EXP2_Q, "q")}  {d} p = {fma}(r, q, {c("1.0")});
   return p * ({d})((({l})t + 1023) << 52);  /* 2^n from n's bits, the low ones of t */
 }}
-static inline {d} tsvc_log2_d{n}({d} x) {{
+{_INLINE} {d} tsvc_log2_d{n}({d} x) {{
   {l} tmp = ({l})x - {LOG2_OFF:#x}LL;
   {d} k = __builtin_convertvector(tmp >> 52, {d});
   {d} z = ({d})(({l})x - (tmp & (long long)0xfff0000000000000ULL));
@@ -138,7 +144,7 @@ static inline {d} tsvc_log2_d{n}({d} x) {{
   y = {s("x == __builtin_inf()", "x", "y")};
   return {s("x != x", "x", "y")};
 }}
-static inline {d} tsvc_sin_d{n}({d} x) {{
+{_INLINE} {d} tsvc_sin_d{n}({d} x) {{
   {d} t = x * {_hex(2 / math.pi)} + {magic};
   {d} k = t - {magic};
   {d} r = {fma}(k, {c(_hex(-_P3))}, {fma}(k, {c(_hex(-_P2))}, {fma}(k, {c(_hex(-_P1))}, x)));
@@ -165,15 +171,15 @@ def c_source(n: int) -> str:
   """tsvc_exp2_f{n}, tsvc_log2_f{n}, tsvc_sin_f{n} on n float32 lanes (tsvc_f{n}: a gcc vector; n = 1 adds tsvc_exp2f & co
   on plain floats), with every smaller instance they are built of; guarded, so instances may repeat."""
   f, h = f"tsvc_f{n}", n // 2
-  direct = "".join(f"static inline {f} tsvc_{fn}_f{n}({f} x) "
+  direct = "".join(f"{_INLINE} {f} tsvc_{fn}_f{n}({f} x) "
                    f"{{ return __builtin_convertvector(tsvc_{fn}_d{n}(__builtin_convertvector(x, tsvc_d{n})), {f}); }}\n"
                    for fn in ("exp2", "log2", "sin"))
   lanes = lambda lo, hi: ", ".join(map(str, range(lo, hi)))
-  split = "".join(f"static inline {f} tsvc_{fn}_f{n}({f} x) {{\n  tsvc_f{h} a = tsvc_{fn}_f{h}(__builtin_shufflevector(x, x, {lanes(0, h)})), "
+  split = "".join(f"{_INLINE} {f} tsvc_{fn}_f{n}({f} x) {{\n  tsvc_f{h} a = tsvc_{fn}_f{h}(__builtin_shufflevector(x, x, {lanes(0, h)})), "
                   f"b = tsvc_{fn}_f{h}(__builtin_shufflevector(x, x, {lanes(h, n)}));\n  return __builtin_shufflevector(a, b, {lanes(0, n)});\n}}\n"
                   for fn in ("exp2", "log2", "sin"))
   body = _types(n) + (_core(n) + direct if DIRECT.get(n) == "" else split if n not in DIRECT else
                       f"#ifdef {DIRECT[n]}\n{_core(n)}{direct}#else\n{split}#endif\n")
   if n == 1:
-    body += "".join(f"static inline float tsvc_{fn}f(float x) {{ return tsvc_{fn}_f1((tsvc_f1){{x}})[0]; }}\n" for fn in ("exp2", "log2", "sin"))
+    body += "".join(f"{_INLINE} float tsvc_{fn}f(float x) {{ return tsvc_{fn}_f1((tsvc_f1){{x}})[0]; }}\n" for fn in ("exp2", "log2", "sin"))
   return (c_source(h) if n > 4 else _tables()) + f"#ifndef TSVC_MATH_{n}\n#define TSVC_MATH_{n}\n{body}#endif\n"
