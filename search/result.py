@@ -7,8 +7,9 @@ from typing import Optional
 
 
 class Status(StrEnum):
-  """A candidate's status (its JSON form is the lower-case name): ok (timed and verified), slow (timing stopped early:
-  clearly slower than the best, unverified), the failures, each with its error text, and pending until it is measured
+  """A candidate's status (its JSON form is the lower-case name): ok (timed in full; `verified` once checked, which the
+  search does for the fastest of each round, all it may pick), slow (timing stopped early: clearly slower than the best,
+  unverified), the failures, each with its error text, and pending until it is measured
   (never stored: the API refuses it)."""
   PENDING = auto(); OK = auto(); SLOW = auto()
   COMPILE_ERROR = auto(); TOO_LARGE = auto(); TIMEOUT = auto(); CRASH = auto(); MISMATCH = auto(); RUN_ERROR = auto()

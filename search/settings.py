@@ -57,6 +57,9 @@ class MeasureSettings:
   early_stop: float = 3.0             # stop timing a candidate this many times slower than the best
   timeout_factor: float = 20.0        # a candidate's time limit: this many times the best (seeds: seed_timeout_s)
   seed_timeout_s: float = 120.0
+  # check every timed candidate against the reference, not only each round's fastest (the seeds are always checked):
+  # the others are never picked, and the check of a large output costs more than its timing
+  verify_all: bool = False
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class _Search:
     self.case = case  # the runner's setup, done once it is (its exception raised at the first timing)
     self.options = dev.options()
     self.best_s: Optional[float] = None
-    self.libs: dict[str, Build] = {}   # source hash -> build of the verified candidates
+    self.libs: dict[str, Build] = {}   # source hash -> build of the candidates timed in full
     self.candidates: list[Candidate] = []
 
   def check_stop(self) -> None:
@@ -105,25 +105,44 @@ class _Search:
       if self.progress: self.progress(len(self.candidates), self.best_s)
     def more() -> bool: return len(out) < limit and time.monotonic() < deadline and not (self.stop and self.stop.is_set())
     seeds, builds = [], self.builder.build(kernels, deadline, self.stop)
+    check = rnd == 0 or self.s.measure.verify_all
     for b in builds:
       c = Candidate([o.to_json() for o in b.kernel.applied_opts], Status.PENDING, rnd, b.source_hash, compile_s=b.compile_s)
       if b.error: add(b.kernel, _failed(c, b.error, b.message))
       elif rnd == 0: seeds.append((b, c))  # the seeds are timed together, in order, once all are built
-      elif more(): add(b.kernel, self.time(c, b))
+      elif more(): add(b.kernel, self.time(c, b, check))
       if rnd > 0 and not more(): break
     builds.close()
     for b, c in sorted(seeds, key=lambda p: order[id(p[0].kernel)]):
-      if more(): add(b.kernel, self.time(c, b))
+      if more(): add(b.kernel, self.time(c, b, check))
+    if not check: self.verify_fastest([c for _, c in out])
     return out
 
-  def time(self, c: Candidate, b: Build) -> Candidate:
-    """Time and verify one compiled candidate; on the CPU the pool's workers are stopped meanwhile."""
+  def verify_fastest(self, timed: list[Candidate]) -> None:
+    """Check the round's fastest timed candidates against the reference, fastest first, until `need` of them passed:
+    all the beam and the final check can pick (they take verified candidates only). The others are never checked: on
+    a kernel with a large output the check cost more than the timing (mul_add_16m: ~0.1-0.4 s a candidate)."""
+    need = max(self.s.strategy.beam, self.s.final.final_top)
+    for c in sorted((c for c in timed if c.status is Status.OK), key=lambda c: c.fastest_s):
+      if need <= 0: return
+      if not c.verified:
+        b = self.libs[c.source_hash]
+        with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
+          m = self.runner.measure(b.binary, b.name, check=True, timeout_s=max(10.0, 50 * c.fastest_s), min_time_s=0.0, min_runs=1, max_runs=1)
+        c.verified = m.status is Status.OK and m.verified
+        if not c.verified: c.status, c.error = (m.status, m.error) if m.status is not Status.OK else (Status.MISMATCH, "not verified")
+      if c.verified:
+        need -= 1
+        self.best_s = c.fastest_s if self.best_s is None else min(self.best_s, c.fastest_s)
+
+  def time(self, c: Candidate, b: Build, check: bool = True) -> Candidate:
+    """Time one compiled candidate, and with `check` verify it; on the CPU the pool's workers are stopped meanwhile."""
     if self.case is not None: self.case.result()
     s, best = self.s.measure, self.best_s
     # a hang's limit: the warm-up and two runs at timeout_factor x the best, and the minimum measured time
     limit = s.seed_timeout_s if best is None else max(2.0, 3 * s.timeout_factor * best) + s.min_time_s
     with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
-      m = self.runner.measure(b.binary, b.name, check=True, timeout_s=limit, min_time_s=s.min_time_s,
+      m = self.runner.measure(b.binary, b.name, check=check, timeout_s=limit, min_time_s=s.min_time_s,
                               early_stop_s=None if best is None else s.early_stop * best)
     c.status, c.times_s, c.error, c.verified, c.other_load = m.status, m.times_s, m.error, m.verified, round(m.other_load, 3)
     if c.status is Status.OK: self.libs[c.source_hash] = b

@@ -1,4 +1,4 @@
-import json, os, subprocess, sys, threading, time
+import contextlib, json, os, subprocess, sys, threading, time
 from types import SimpleNamespace
 import pytest
 from devices import cpu
@@ -21,7 +21,7 @@ from search.runner import Measurement
 from search.tune import DeviceBusy, SearchStopped, tune
 from search.workshop import Workshop
 from search.similar import sizes, structure
-from workers.worker import settings_of
+from workers.worker import settings_of, warm_of
 import fault_backend
 
 FAST = dict(min_time_s=0.005, final_rounds=3)
@@ -30,7 +30,9 @@ FAST = dict(min_time_s=0.005, final_rounds=3)
 def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candidates_and_the_search_goes_on():
   # batched builds: the planted syntax error fails its batch, whose sources are then compiled one by one
   # no early stop: the planted wrong answer must be timed in full, whatever its speed, to reach its check
-  r = tune(matmul(64, 64, 64), settings=SearchSettings.from_json(dict(beam=2, budget_s=60, early_stop=1e6, batch=True, **FAST)), module="fault_backend")
+  # every candidate checked (verify_all), not only each round's fastest: the planted faults are what is tested here
+  s = SearchSettings.from_json(dict(beam=2, budget_s=60, early_stop=1e6, batch=True, verify_all=True, **FAST))
+  r = tune(matmul(64, 64, 64), settings=s, module="fault_backend")
   first = {Opt.from_json(c.opts[0]): c for c in r.candidates if c.opts}
   got = {fault: first[opt] for opt, fault in fault_backend.FAULTS.items()}
   assert got["segfault"].status == "crash" and "SIGSEGV" in got["segfault"].error
@@ -50,7 +52,9 @@ def test_winner_is_verified_at_least_as_fast_as_hand_coded_and_the_result_round_
   assert r.kernel_key == k.key and r.action_space_version == ACTION_SPACE_VERSION
   assert r.fingerprint_hash == cpu.fingerprint_hash(cpu.fingerprint())
   assert len(r.candidates) <= 30 and all(c.status == Status.OK or c.status == "slow" for c in r.candidates)
-  assert all(c.verified for c in r.candidates if c.status == Status.OK) and r.best_source.startswith("#")
+  ok = [c for c in r.candidates if c.status == Status.OK]
+  assert all(c.verified for c in ok if c.round == 0) and r.best_source.startswith("#")  # the seeds, and each round's 3 fastest:
+  assert all(all(c.verified for c in sorted((c for c in ok if c.round == n), key=lambda c: c.fastest_s)[:3]) for n in range(1, 9))
   assert len({c.source_hash for c in r.candidates}) == len(r.candidates)  # no source measured twice
   back = SearchResult.from_json(json.loads(json.dumps(r.to_json())))
   assert back.to_json() == r.to_json()
@@ -257,3 +261,28 @@ def test_kernels_alike_but_for_their_sizes_seed_each_other_nearest_first_on_the_
   assert cache.winners_alike(a, "fp", ACTION_SPACE_VERSION + 1) == []
   with pytest.raises(ValueError, match="not this kernel"): put(near, up(2)) or cache.put(SearchResult.from_json(
     {**cache.get(near.key, "fp", ACTION_SPACE_VERSION).to_json(), "kernel_key": "x"}), near)
+
+
+def test_a_jobs_warm_starts_are_schedules_and_junk_in_them_is_dropped_not_fatal():
+  root = Kernel(reduce("SUM", (256, 256), (1,)), cpu.options())
+  up, unroll = {"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": 4}
+  warm = warm_of({"warm": [[5], [{"op": "BOGUS"}], "junk", [up, {"op": "UNROLL", "axis": 0}, unroll], [up, unroll]]})
+  assert warm == [[5], [{"op": "BOGUS"}], [up, {"op": "UNROLL", "axis": 0}, unroll], [up, unroll]]
+  assert warm_of({"warm": "junk"}) == warm_of({}) == []
+  seeds = search_tune.warm_seeds(root, [[], *warm])  # junk: left out; an illegal opt: its schedule ends there
+  assert [[o.to_json() for o in k.applied_opts] for k in seeds] == [[], [up], [up, unroll]]
+
+
+def test_each_round_checks_its_fastest_until_enough_pass_and_a_wrong_one_is_never_picked():
+  wrong, *rest = [Candidate([{"op": "UPCAST", "axis": 0, "amt": n}], Status.OK, 1, f"h{n}", times_s=[n * 1e-3]) for n in range(1, 8)]
+  class Runner:  # the check's verdicts: the fastest computes a wrong answer
+    def measure(self, lib, name, check, **kw):
+      assert check and kw["max_runs"] == 1
+      return Measurement(Status.MISMATCH, [1e-3], "differ") if lib == b"h1" else Measurement(Status.OK, [1e-3], verified=True)
+  s = SearchSettings.from_json(dict(beam=2, final_top=3))
+  search = search_tune._Search(cpu, s, None, SimpleNamespace(paused=contextlib.nullcontext), Runner(), None, None)
+  search.libs = {c.source_hash: SimpleNamespace(binary=c.source_hash.encode(), name="kernel") for c in [wrong, *rest]}
+  search.verify_fastest([*reversed(rest), wrong])
+  assert wrong.status is Status.MISMATCH and not wrong.verified
+  assert [c.verified for c in rest] == [True, True, True, False, False, False] and all(c.status is Status.OK for c in rest)
+  assert search.best_s == 2e-3  # the bar for early stops: the fastest verified

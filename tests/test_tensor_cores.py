@@ -192,7 +192,8 @@ def test_a_search_on_emulated_tensor_cores_measures_and_verifies_tc_candidates()
   from search.settings import SearchSettings
   from search.tune import tune
   # PoCL builds a kernel with many barriers (the emulation's) slowly, at its first launch too: no candidate times out
-  s = SearchSettings.from_json(dict(beam=2, budget_candidates=16, min_time_s=0.005, final_rounds=2, workers=1, timeout_factor=1e6))
+  s = SearchSettings.from_json(dict(beam=2, budget_candidates=16, min_time_s=0.005, final_rounds=2, workers=1, timeout_factor=1e6,
+                                    verify_all=True))  # every candidate checked, not only the fastest of each round
   r = tune(mm(64, 32, 64), "OPENCL", s, module="tc_opencl_backend")
   tc = [c for c in r.candidates if c.opts and c.opts[0]["op"] == "TC"]
   assert tc and all(c.status in ("ok", "slow") and (c.status != "ok" or c.verified) for c in tc), [(c.opts, c.status, c.error) for c in tc]

@@ -25,6 +25,13 @@ def settings_of(job: dict) -> SearchSettings:
   return SearchSettings.from_json(settings, job=True)
 
 
+def warm_of(job: dict) -> list[list]:
+  """The schedules a job asks the search to start from besides the hand-coded one (winners of the kernel elsewhere, of
+  kernels alike here): lists of opts, each opt checked where it is applied (an illegal one ends its schedule there)."""
+  warm = job.get("warm") or []
+  return [w for w in warm if isinstance(w, list)] if isinstance(warm, list) else []
+
+
 class Worker:
   def __init__(self, client: Client, device: str = "CPU", name: Optional[str] = None, lease_s: float = 60.0, poll_s: float = 2.0,
                module: Optional[str] = None, stopping: Optional[threading.Event] = None):
@@ -73,7 +80,7 @@ class Worker:
     try:
       if job.get("kind") == "confirm":
         result = confirm(load(job["kernel"]), self.device, job["settings"]["opts"], settings, module=self.module, stop=stop)
-      else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop)
+      else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop, warm=warm_of(job))
     except SearchStopped:
       if not lost.is_set(): self.deliver(jid, "release", lambda: self.client.release(self.id, jid))  # stopping: no attempt spent
       return False
