@@ -62,6 +62,14 @@ def _tensor_cores(k: Kernel) -> bool:
     for axis in (n, m): _try(k, Opt(op, axis, 2))
   return True
 
+def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:
+  """Can an UNROLL of this reduce axis by `width` be the vector (lower._reduce_vector_axis): a loop left, a load that
+  reads the axis with stride 1, unmasked."""
+  size = k.full_shape[axis]
+  return k.is_reduce_axis(axis) and isinstance(size, int) and size > width and size % width == 0 and \
+    any(st.views[-1].strides[axis] == 1 and (st.views[-1].mask is None or st.views[-1].mask[axis] == (0, size))
+        for a, st in zip(k.leaves[1:], k.sts[1:]) if not isinstance(a, ConstArg))
+
 def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   """Apply the hand-coded opts to `k` and return them."""
   start = len(k.applied_opts)
@@ -72,14 +80,17 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   # 1. broadcast axes: a leaf that does not move along an output axis is reused by every lane of it, so
   #    upcasting such axes turns loads into register reuse (matmul's tile). The one the output is
   #    contiguous along becomes the vector, as wide as the ISA has; the others upcast by 8, then 4.
-  #    Only loads count: a constant costs no load to reuse (softmax's exp-sum would gather rows into vectors for it).
-  loads = [st for a, st in zip(k.leaves[1:], k.sts[1:]) if not isinstance(a, ConstArg)]
+  #    A constant counts too (every axis is broadcast for it: the output's vector then gathers the reduce's rows, which
+  #    still vectorises its ops), unless the reduce itself can be the vector (step 2: softmax's exp-sum reads its rows
+  #    contiguously), which needs no gathers.
   def broadcast_axes() -> list[int]:
     return [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and i not in upcasted
             and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in loads)]
   upcasted: set[int] = set()
   widths = vector_widths(k.ast, k.options)
   widest = max(widths or k.options.float_vector_widths, default=4)
+  vector_reduce = k.reduceop is not None and not gpu and bool(widths) and _contiguous_reduce(k, k.shape_len - k.upcasted - 1, widest)
+  loads = [st for a, st in zip(k.leaves[1:], k.sts[1:]) if not (vector_reduce and isinstance(a, ConstArg))]
   vec = next((i for i in broadcast_axes() if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
   if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
@@ -96,7 +107,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     last = k.shape_len - k.upcasted - 1
     size = k.full_shape[last]
     if isinstance(size, int):
-      vector = [widest] if widths and _upcast_budget(k) == 1 and not gpu and size > widest else []
+      vector = [widest] if vector_reduce and _upcast_budget(k) == 1 else []
       for amt in ([0] if size <= 16 else []) + vector + ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]):
         if _try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt)): break
   # 3. element-wise: upcast the output's unit-stride axis so the compiler vectorises it

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections, contextlib, itertools, math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 from linearizer.ast import ConstArg, KernelAST, LazyOp
 from linearizer.dtypes import DType, bool_
@@ -438,19 +438,23 @@ def vector_widths(ast: KernelAST, options: LinearizerOptions) -> tuple[int, ...]
   size = max(n.dtype.itemsize for n in ast.nodes if n.dtype != bool_)
   return tuple(w * 4 // size for w in options.float_vector_widths if w * 4 % size == 0 and w * 4 // size > 1)
 
+def _lane_axes(k: Kernel, axes: list[int], loop_vars: dict) -> Iterator[tuple[int, Var, Callable]]:
+  """(axis, the lane variable, at) for each of the upcast axes, innermost first, whose size is a vector width this kernel
+  has; at(st): a tracker's (index, validity) with the lane variable on that axis and the other upcast axes at every one
+  of their values, not only at 0 (a padded axis upcast twice, sops_4149, has a STORE valid for every lane where the
+  other upcast axis is 0 and for lane 0 only where it is 1)."""
+  widths = vector_widths(k.ast, k.options)
+  ups = {i: Var(f"_up{i}", 0, s - 1) for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted)}
+  for axis in reversed(axes):
+    if k.full_shape[axis] not in widths: continue
+    lv = Var("_lane", 0, concrete(k.full_shape[axis]) - 1)
+    yield axis, lv, lambda st, axis=axis, lv=lv: st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))
+                                                               for i in range(k.shape_len)])
+
 def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]:
   """The output upcast axis to carry as vector lanes: a kernel whose every value can be a vector, a width the ISA
   has, and a STORE contiguous along it with a validity (and every CONST's) that does not depend on it."""
-  widths = vector_widths(k.ast, k.options)
-  for axis in reversed(out_up):
-    if k.full_shape[axis] not in widths: continue
-    lv = Var("_lane", 0, concrete(k.full_shape[axis]) - 1)
-    # the other upcast axes at every one of their values, not only at 0: a padded axis upcast twice (sops_4149) has a
-    # STORE valid for every lane where the other upcast axis is 0 and for lane 0 only where it is 1
-    ups = {i: Var(f"_up{i}", 0, s - 1) for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted)}
-    def at(st):
-      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))  # noqa: B023  (this iteration's)
-                           for i in range(k.shape_len)])
+  for axis, lv, at in _lane_axes(k, out_up, loop_vars):
     idx, valid = at(k.sts[0])
     aff = affine(idx, [lv])
     if aff is None or aff[0][0] != 1 or lv in variables(valid): continue
@@ -463,14 +467,7 @@ def _reduce_vector_axis(k: Kernel, red_up: list[int], loop_vars: dict) -> Option
   across (a reduce unrolled whole folds its lanes once either way), a width the ISA has, a LOAD that reads it
   contiguously (else the lanes are gathered, no faster than scalars), and no LOAD's or CONST's validity that depends on it."""
   if all(k.full_shape[i] == 1 for i in range(k.first_reduce, k.shape_len - k.upcasted)): return None
-  widths = vector_widths(k.ast, k.options)
-  for axis in reversed(red_up):
-    if k.full_shape[axis] not in widths: continue
-    lv = Var("_lane", 0, concrete(k.full_shape[axis]) - 1)
-    ups = {i: Var(f"_up{i}", 0, s - 1) for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted)}
-    def at(st):
-      return st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))  # noqa: B023  (this iteration's)
-                           for i in range(k.shape_len)])
+  for axis, lv, at in _lane_axes(k, red_up, loop_vars):
     leaves = [at(st) for st in k.sts[1:]]
     if any(lv in variables(valid) for _, valid in leaves): continue
     if any((aff := affine(idx, [lv])) is not None and aff[0][0] == 1 for (idx, _), a in zip(leaves, k.leaves[1:]) if not isinstance(a, ConstArg)):
