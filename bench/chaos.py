@@ -7,6 +7,10 @@ search failed with a reason, none was searched into two results, and nothing the
 
   python bench/chaos.py --db sqlite|postgres [--jobs 12] [--apis 2] [--workers 4] [--seconds 120] [--settle 240] [--seed 0]
 
+The kernels are submitted in three waves, a third of --seconds apart, so that there is work while the faults come. Each
+worker slot has a worker token of its own (a fleet's machines each have one) and confirmations must come from another
+token's worker (TUNESVC_CONFIRM_ON_OTHER_WORKER); the thief holds slot 0's token.
+
 PostgreSQL: a database of its own (chaos_*, created and dropped here) on 127.0.0.1:5432, so that terminating its backends
 touches no one else's. The workers time with TUNESVC_ON_BUSY=store: they share this machine's cores by construction, each
 one's search is the others' load, and refusing to time (search/settings.py OnBusy) would leave nothing to confirm.
@@ -26,7 +30,10 @@ from search.result import Candidate, SearchResult  # noqa: E402
 from tunesvc.client import Client, ServiceError  # noqa: E402
 
 PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
-ENV = {**os.environ, "TUNESVC_TOKENS": "sub:submit,wrk:worker,adm:admin", "TUNESVC_TOKENS_FILE": "", "TUNESVC_CONFIRM_ON_OTHER_WORKER": "1",
+# each worker slot its own worker token, as a fleet gives each machine one: a confirmation comes from another token's worker;
+# the thief holds slot 0's
+ENV = {**os.environ, "TUNESVC_TOKENS": ",".join(["sub:submit", "adm:admin"] + [f"wrk{i}:worker" for i in range(64)]), "TUNESVC_TOKENS_FILE": "",
+       "TUNESVC_CONFIRM_ON_OTHER_WORKER": "1",
        "TUNESVC_ON_BUSY": "store", "PYTHONPATH": str(ROOT)}
 SEARCH = {"beam": 2, "budget_candidates": 6, "min_time_s": 0.005, "final_rounds": 3}
 LEASE_S = 6
@@ -50,9 +57,9 @@ def start_api(db: str, port: int, log) -> subprocess.Popen:
     time.sleep(0.1)
   raise SystemExit("an API process did not start")
 
-def start_worker(url: str, log) -> subprocess.Popen:
+def start_worker(url: str, slot: int, log) -> subprocess.Popen:
   return subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "worker", "--server", url, "--device", "CPU", "--lease-s", str(LEASE_S)],
-                          env={**ENV, "TUNESVC_TOKEN": "wrk"}, stdout=log, stderr=log, start_new_session=True)
+                          env={**ENV, "TUNESVC_TOKEN": f"wrk{slot}"}, stdout=log, stderr=log, start_new_session=True)
 
 
 def forged_result(ast, best: float) -> SearchResult:
@@ -66,7 +73,7 @@ def forge(urls: list[str], rng: random.Random, counts: dict) -> None:
   job it never claimed and for one it did, with a time no device reaches or a merely invented one, and the replay of an
   honest worker's stored report under its own id."""
   fp, tally = cpu.fingerprint(), lambda what: counts.__setitem__(what, counts.get(what, 0) + 1)
-  with Client(rng.choice(urls), "wrk", timeout=10) as thief, Client(rng.choice(urls), "wrk", timeout=10) as via, \
+  with Client(rng.choice(urls), "wrk0", timeout=10) as thief, Client(rng.choice(urls), "wrk0", timeout=10) as via, \
        Client(rng.choice(urls), "adm", timeout=10) as user:
     try:
       wid = thief.register("thief", "CPU", fp, cpu.fingerprint_hash(fp), cpu.options().to_json())
@@ -140,23 +147,28 @@ def run(args) -> dict:
   ports = [free_port() for _ in range(args.apis)]
   urls = [url_of(p) for p in ports]
   apis = [start_api(db, p, log) for p in ports]
-  workers = [start_worker(urls[i % len(urls)], log) for i in range(args.workers)]  # spread over the API processes
+  workers = [start_worker(urls[i % len(urls)], i, log) for i in range(args.workers)]  # spread over the API processes
   ks = [reduce("SUM", (64 + 8 * i, 256), (1,), name=f"chaos_{i}") for i in range(args.jobs)]
-  submitted = Client(urls[0], "sub").submit(ks, "CPU", SEARCH)
+  waves = [ks[i::3] for i in range(3)]  # submitted at the start, a third and two thirds into the chaos: work all along
+  submitted = Client(urls[0], "sub").submit(waves.pop(0), "CPU", SEARCH)
   counts = {"kills": 0, "stops": 0, "api_restarts": 0, "pg_terminated": 0, "forge_rounds": 0, "forged_accepted": 0, "thieves": set()}
   start, deadline = time.monotonic(), time.monotonic() + args.seconds
   def ended() -> bool:
     try: return all(j["state"] in ENDED for j in all_jobs(Client(rng.choice(urls), "adm")))
     except (httpx.HTTPError, ServiceError): return False
   try:
-    while time.monotonic() < deadline and not ended():
+    while time.monotonic() < deadline and (waves or not ended()):
       time.sleep(rng.uniform(2, 5))
+      if waves and time.monotonic() > start + args.seconds * (3 - len(waves)) / 3:
+        try: submitted += Client(rng.choice(urls), "sub").submit(waves[0], "CPU", SEARCH)
+        except (httpx.HTTPError, ServiceError): continue  # that API process is away: the next round submits the wave
+        waves.pop(0)
       action = rng.choice(["kill", "stop", "api", "pg", "forge"] if dbname else ["kill", "stop", "api", "forge"])
       if action == "kill":
         i = rng.randrange(len(workers))
         os.killpg(workers[i].pid, signal.SIGKILL)
         workers[i].wait()
-        workers[i] = start_worker(urls[i % len(urls)], log)
+        workers[i] = start_worker(urls[i % len(urls)], i, log)
         counts["kills"] += 1
       elif action == "stop":
         w = rng.choice(workers)
@@ -178,6 +190,7 @@ def run(args) -> dict:
       else:
         forge(urls, rng, counts)
         counts["forge_rounds"] += 1
+    for wave in waves: submitted += Client(urls[0], "sub").submit(wave, "CPU", SEARCH)  # any the chaos left unsent (every API is up)
     chaos_s = time.monotonic() - start
     settle = time.monotonic() + args.settle  # the chaos over, the survivors finish what is left
     while time.monotonic() < settle and not ended(): time.sleep(2)

@@ -27,19 +27,20 @@ def submit(api, kernels, **kw):
   assert r.status_code == 202, r.text
   return r.json()["jobs"]
 
-KEYS: dict[int, str] = {}  # worker id -> the key its (latest) registration answered
+KEYS: dict[int, tuple[str, str]] = {}  # worker id -> the token and key of its (latest) registration
 
-def register(api, name="cpu-0", fp=None, h=None, options=None) -> int:
+def register(api, name="cpu-0", fp=None, h=None, options=None, token="wrk") -> int:
   fp, h = (fp, h) if fp else cpu_fingerprint()
   body = {"name": name, "device": "CPU", "fingerprint": fp, "fingerprint_hash": h, "options": options or cpu_options()}
-  r = api.post("/v1/workers", json=body, headers=WRK)
+  r = api.post("/v1/workers", json=body, headers={"Authorization": f"Bearer {token}"})
   assert r.status_code == 201, r.text
-  KEYS[r.json()["worker_id"]] = r.json()["worker_key"]
+  KEYS[r.json()["worker_id"]] = (token, r.json()["worker_key"])
   return r.json()["worker_id"]
 
 def W(wid: int) -> dict:
-  """The headers of a call as worker wid: the worker token and its key."""
-  return {**WRK, "X-Worker-Key": KEYS[wid]}
+  """The headers of a call as worker wid: the worker token it registered with and its key."""
+  token, key = KEYS[wid]
+  return {"Authorization": f"Bearer {token}", "X-Worker-Key": key}
 
 def claim(api, wid, lease_s=60):
   r = api.post(f"/v1/workers/{wid}/claim", json={"lease_s": lease_s}, headers=W(wid))
@@ -393,10 +394,10 @@ def test_a_stolen_worker_token_cannot_act_as_another_worker(api):
   k, (fp, h) = example("sum_all"), cpu_fingerprint()
   job, = submit(api, [k])
   honest, thief = register(api, "honest"), register(api, "honest")  # the same name: a label, not an identity
-  assert KEYS[honest] != KEYS[thief]
+  assert KEYS[honest][1] != KEYS[thief][1]
   assert claim(api, honest)["job_id"] == job["job_id"]
   forged = {"job_id": job["job_id"], "result": result_json(k, fp, h, best_s=1e-5)}
-  for headers in (WRK, W(thief), {**WRK, "X-Worker-Key": KEYS[honest][:-1] + "x"}):  # none, the thief's own, a guess
+  for headers in (WRK, W(thief), {**WRK, "X-Worker-Key": KEYS[honest][1][:-1] + "x"}):  # none, the thief's own, a guess
     for call, body in [("report", forged), ("report", {"job_id": job["job_id"], "error": "lost"}), ("heartbeat", {"job_id": job["job_id"]}),
                        ("release", {"job_id": job["job_id"]}), ("claim", {})]:
       r = api.post(f"/v1/workers/{honest}/{call}", json=body, headers=headers)
@@ -447,9 +448,10 @@ def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_
   """The issue's attack with a stolen worker token: a report for a job never claimed, with verified true, best_s 1e-30 and
   opts that do not fit the 1-axis kernel; then a plausible forgery under a real lease, which the second measurement refutes."""
   k, (fp, h) = example("sum_all"), cpu_fingerprint()
-  with make_client(tmp_path, confirm_on_other_worker=True) as api:
+  with make_client(tmp_path, confirm_on_other_worker=True, tokens={**TOKENS, "wrk2": "worker"}) as api:
     job, = submit(api, [k])
-    thief, honest = register(api, "thief"), register(api, "honest")
+    thief, honest = register(api, "thief"), register(api, "honest", token="wrk2")
+    accomplice = register(api, "accomplice")  # the thief's second worker, on the same stolen token
     lie = {**result_json(k, fp, h), "best_s": 1e-30, "speedup": 2e-3 / 1e-30, "best_opts": [{"op": "UPCAST", "axis": 9, "amt": 7}]}
     send = lambda wid, j, result: api.post(f"/v1/workers/{wid}/report", json={"job_id": j["job_id"], "result": result}, headers=W(wid))
     r = send(thief, job, lie)
@@ -461,7 +463,7 @@ def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_
     assert r.status_code == 422 and "best_opts: UPCAST axis 9" in r.json()["detail"]
     assert send(thief, job, result_json(k, fp, h, best_s=1e-5)).status_code == 200  # legal opts, a time 100x too good
     assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404  # unconfirmed: not served
-    assert claim(api, thief) is None  # its own result's confirmation is another worker's
+    assert claim(api, thief) is None and claim(api, accomplice) is None  # its confirmation is a worker's of another token
     c = claim(api, honest)
     assert c["kind"] == "confirm" and report(api, honest, c, best_s=1e-3).status_code == 200
     got = api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()

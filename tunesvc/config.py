@@ -39,7 +39,7 @@ class Settings:
   max_bytes_per_s: float = 2e13
   confirm_tolerance: float = 0.5
   confirm_baseline_factor: float = 4.0
-  confirm_on_other_worker: bool = False  # a fleet with several workers per fingerprint sets it
+  confirm_on_other_worker: bool = False  # a fleet with several workers per fingerprint, each machine its own worker token, sets it
   open_rate_per_s: float = 1000.0      # tokenless lookups per second per client address (bursts of twice that); 0: no limit
   lookup_nodes: int = 16384            # kernel nodes one lookup request may hold in all (each document costs its validation)
   max_kernel_bytes: int = 16 << 30     # buffer bytes a submitted kernel may need (422 past it): what no worker could allocate

@@ -42,3 +42,4 @@ async def lookup_role(request: Request, cred: Optional[HTTPAuthorizationCredenti
 
 ANY = role("submit", "worker")
 SUBMITTER = role("submit")
+WORKER = role("worker")

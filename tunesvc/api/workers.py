@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from typing import Annotated
 from fastapi import APIRouter, Header, Request, Response
-from tunesvc.api.auth import role
+from tunesvc.api.auth import WORKER, Caller, role
 from tunesvc.api.models import ClaimOut, ClaimRequest, HeartbeatOut, HeartbeatRequest, IdPath, JobOut, RegisterRequest, \
   ReleaseRequest, ReportOut, ReportRequest, WorkerOut
 from tunesvc.store import queue
@@ -17,10 +17,12 @@ WorkerKey = Annotated[str, Header(alias="X-Worker-Key", max_length=256, descript
 
 
 @router.post("", response_model=WorkerOut, status_code=201)
-def register(body: RegisterRequest, request: Request):
-  """A worker per process and device; its fingerprint decides which jobs it may claim."""
+def register(body: RegisterRequest, request: Request, who: Caller = WORKER):
+  """A worker per process and device; its fingerprint decides which jobs it may claim. The token it registers with is
+  recorded: in a fleet (TUNESVC_CONFIRM_ON_OTHER_WORKER) a result is confirmed only by a worker of another token."""
   key = secrets.token_urlsafe(32)
-  w = queue.register(request.app.state.store, body.name, body.device, body.fingerprint.model_dump(), body.fingerprint_hash, body.options, key)
+  w = queue.register(request.app.state.store, body.name, body.device, body.fingerprint.model_dump(), body.fingerprint_hash, body.options, key,
+                     who.submitter)
   return WorkerOut(worker_id=w.id, worker_key=key)
 
 

@@ -61,6 +61,7 @@ class Worker(Base):
   last_heartbeat: Mapped[float]
   state: Mapped[str] = mapped_column(String(16))  # idle | busy
   key_hash: Mapped[Optional[str]] = mapped_column(Hash)  # sha256 of the key its registration was given: it proves it is this worker
+  registrant: Mapped[Optional[str]] = mapped_column(String(64))  # the credentials it registered with (api/auth.py Caller)
 
 
 class Job(Base):
@@ -84,6 +85,7 @@ class Job(Base):
   kind: Mapped[str] = mapped_column(String(16), default="tune")  # KINDS
   confirms: Mapped[Optional[int]]     # a confirm job: the result whose opts it measures again
   avoid_worker: Mapped[Optional[int]]  # a confirm job: the worker that may not claim it (the one that made the result)
+  avoid_registrant: Mapped[Optional[str]] = mapped_column(String(64))  # ... nor any worker registered with the same credentials
   last_owner: Mapped[Optional[int]]   # the worker whose lease lapsed last: it alone may still report the queued job
   not_before: Mapped[Optional[float]]  # refused as "device busy": no claim before then (queue.Backoff)
   busy: Mapped[int] = mapped_column(Integer, default=0)  # "device busy" refusals so far: bounded apart from failed attempts

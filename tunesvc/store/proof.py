@@ -6,7 +6,9 @@ values must be the kernel's; every time must be finite, positive and no faster t
 with generous peaks: no device moves data or computes faster); the winner must be a verified candidate of its own search.
 
 A verified result is then only `unconfirmed`: a confirm job measures its opts again on the same fingerprint (with
-`confirm_on_other_worker`, on another worker; the embedded default with one worker re-measures on that worker), timed
+`confirm_on_other_worker`, on another worker registered with other credentials -- two workers one stolen token registers
+are no second opinion, so a fleet gives each machine its own worker token; the embedded default with one worker
+re-measures on that worker, and trusts whoever holds its worker token), timed
 interleaved with the hand-coded baseline, and it is served once that measurement is verified and agrees with the claim.
 Agreeing is relative to the baseline of each run: a confirmer on a busier (or quieter) machine measures both slower (or
 faster) alike, so its time is compared with the claim's scaled by the two baselines' ratio, within `confirm_tolerance`;
@@ -32,7 +34,7 @@ class Proof:
   min_kernel_s: float = 1e-8        # no launch, timed by any clock we use, takes less
   confirm_tolerance: float = 0.5    # the confirmation's time may differ from the scaled claim by this share (of the larger)
   confirm_baseline_factor: float = 4.0  # the confirmation's baseline may be this many times slower or faster than the claim's
-  confirm_on_other_worker: bool = False  # a fleet sets it: a worker never confirms its own result
+  confirm_on_other_worker: bool = False  # a fleet sets it: no worker confirms a result of its own token's workers
 
   def floor_s(self, flops: int, nbytes: int) -> float:
     return max(self.min_kernel_s, flops / self.max_flops_per_s, nbytes / self.max_bytes_per_s)

@@ -23,7 +23,8 @@ stored result and writes nothing: one result row and one set of measurements per
 
 Proof (tunesvc/store/proof.py): every report is checked against the stored kernel and the fingerprint's registered
 LinearizerOptions (Invalid otherwise). A verified result is unconfirmed: its report queues a confirm job (kind
-"confirm", on the exact fingerprint, ahead of searches) whose measurement confirms it -- it becomes the best that
+"confirm", on the exact fingerprint, ahead of searches; with Proof.confirm_on_other_worker, for a worker other than the
+result's and registered with other credentials) whose measurement confirms it -- it becomes the best that
 lookups serve -- or refutes it, failing its job with the reason. An admin invalidates results (one, a kernel's, or a
 worker's and those it confirmed): they leave the best, the next confirmed result takes their place, their jobs fail
 with the reason and a new search of each is queued.
@@ -113,10 +114,11 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
   return [jobs[k.key] for k in kernels]
 
 
-def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict, key: Optional[str] = None) -> Worker:
+def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict, key: Optional[str] = None,
+             registrant: Optional[str] = None) -> Worker:
   """A worker of this fingerprint (its hash must be the devices' sha256 of its sorted JSON) whose linearizer runs under
   `options` (LinearizerOptions JSON): the first worker of a fingerprint registers them, every later one must agree.
-  `key`: what its later calls must carry (kept as its sha256)."""
+  `key`: what its later calls must carry (kept as its sha256); `registrant`: the credentials it registered with."""
   t = time.time()
   if fingerprint_hash != (h := settings_hash(fingerprint)): raise Invalid(f"fingerprint_hash {fingerprint_hash} is not the fingerprint's hash {h}")
   try: proof.options_of(options)
@@ -129,7 +131,7 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
     if fp.options is None: fp.options = options  # registered before options were
     elif fp.options != options: raise Invalid(f"fingerprint {fingerprint_hash} is registered with other LinearizerOptions: {fp.options}")
     s.add(w := Worker(name=name, device=device, fingerprint_hash=fingerprint_hash, last_heartbeat=t, state="idle",
-                      key_hash=None if key is None else key_hash(key)))
+                      key_hash=None if key is None else key_hash(key), registrant=registrant))
   return w
 
 
@@ -178,6 +180,7 @@ def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optio
     q = select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)),
                                                                              or_(Job.avoid_worker.is_(None), Job.avoid_worker != w.id),
                                                                              or_(Job.not_before.is_(None), Job.not_before <= t))
+    if w.registrant is not None: q = q.where(or_(Job.avoid_registrant.is_(None), Job.avoid_registrant != w.registrant))
     if action_space_version is not None:
       asked = Job.settings["action_space_version"].as_integer()
       q = q.where(or_(asked.is_(None), asked == action_space_version))
@@ -287,7 +290,8 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Pr
       settings = {**job.settings, "action_space_version": r.action_space_version, "opts": r.best_opts, "confirms": res.id}
       s.add(Job(kernel_key=job.kernel_key, device=fp.hash, settings=settings, settings_hash=settings_hash(settings), state="queued",
                 error="", priority=job.priority + 1, attempts=0, max_attempts=job.max_attempts, created=t, kind="confirm",
-                confirms=res.id, avoid_worker=w.id if pf.confirm_on_other_worker else None))
+                confirms=res.id, avoid_worker=w.id if pf.confirm_on_other_worker else None,
+                avoid_registrant=w.registrant if pf.confirm_on_other_worker else None))
   return res, False
 
 
