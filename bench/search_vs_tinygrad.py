@@ -52,9 +52,9 @@ TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
 # tinygrad's BEAM knobs: its defaults but for the compile timeout (10 s), raised to tunesvc's compile_timeout_s, so
 # neither search drops a slow-to-compile candidate the other may keep; the per-kernel wall limit is --tinygrad-limit-s
 TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings().build.compile_timeout_s:.0f}"}
-# tunesvc's search as it was before it measured only the cost model's top children: every child of the beam, one gcc
-# per candidate. Its winners are the quality bar of the faster default (issue 13: a geometric mean at least as fast)
-PREVIOUS = {"strategy": "beam", "batch": False}
+# tunesvc's search as it was before this session's cuts: every child of the beam measured, and checked against the
+# reference, one gcc per candidate. Its winners are the quality bar of the faster one (issue 13: a geometric mean at least as fast)
+PREVIOUS = {"strategy": "beam", "batch": False, "verify_all": True}
 
 # ---------------------------------------------------------------- corpus kernels as tinygrad Tensor programs
 
@@ -268,7 +268,7 @@ def report(results: list[dict], cmd: str, facts: list[str], args, tg_info: Optio
            f"- tunesvc: search.tune with SearchSettings(beam={args.beam}, budget_s={args.budget_s:g}"
            f"{''.join(f', {k}={v!r}' for k, v in args.settings.items())}); THREAD up to {cpu.options().threads} OpenMP threads, "
            "run in parallel; a fresh compile cache (TUNESVC_CACHE_DIR) for the run",
-           *([] if args.no_previous else [f"- previous: tunesvc's search as before it measured fewer candidates ({PREVIOUS}), run "
+           *([] if args.no_previous else [f"- previous: tunesvc's search as before this session's cuts ({PREVIOUS}), run "
               "second on each kernel (the compile cache holding what the first built), timed interleaved with the others"]),
            f"- tinygrad: BEAM={args.beam} ({', '.join(f'{k}={v}' for k, v in TG_BEAM_ENV.items())}, the rest its defaults; "
            f"killed past {args.tinygrad_limit_s:g} s); THREAD up to NUM_CPU_THREADS={tgt}, whose parts its CPU backend runs one after another",
