@@ -14,8 +14,9 @@ ALLOWED = [  # (module prefix, the modules of ours outside it that it may import
   ("linearizer", ()),
   ("devices", ("linearizer",)),
   ("search", ("linearizer", "devices")),
-  ("workers", ("linearizer", "devices", "search", "tunesvc.client")),
+  ("workers", ("linearizer", "devices", "search", "tunesvc.client", "tunesvc.states")),
   ("tunesvc.api", RESULT_SCHEMA), ("tunesvc.store", RESULT_SCHEMA), ("tunesvc.config", RESULT_SCHEMA),
+  ("tunesvc.states", ()),  # the service's closed sets of names: plain enums that workers share through the client's JSON
   ("tunesvc.client", ("linearizer",)), ("tunesvc.cache", ("linearizer",)),
   ("tunesvc.runtime", ("linearizer", "devices")),
   ("tunesvc.integrations", ("linearizer", "devices", "tunesvc.runtime", "tunesvc.client", "tunesvc.integrations")),

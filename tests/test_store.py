@@ -4,10 +4,11 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, StatementError
 from linearizer.ast import load
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, search_result
 from tunesvc.store import Store, proof, queue, reads
+from tunesvc.states import JobKind, JobState, ResultStatus, WorkerState
 from tunesvc.store.models import Base, Best, Job, Measurement, Result, Worker
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -67,6 +68,20 @@ def count(st, what, *where) -> int:
 def test_migrations_create_exactly_the_models(store):
   with store.engine.connect() as c: assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
   Store(store.url).close()  # a second process opening the store finds the schema current
+
+
+def test_states_and_kinds_are_their_enums_and_no_other_name_is_written(store, cpu_worker):
+  """Job states and kinds, result statuses and worker states read back as tunesvc/states.py's members (their values in the
+  column, as before: the wire and the rows are unchanged); a name outside the set is refused before any SQL runs."""
+  (job, _), = queue.submit(store, examples()[:1], "CPU", {"beam": 2})
+  res, _ = report(store, cpu_worker, queue.claim(store, cpu_worker.id, 60)[0].id, confirm=False)
+  j, r = reads.job(store, job.id)
+  assert (type(j.state), type(j.kind), type(r.status)) == (JobState, JobKind, ResultStatus) and j.state == "done" and r.status == "unconfirmed"
+  with store.read() as s:
+    assert type(s.get(Worker, cpu_worker.id).state) is WorkerState
+    assert s.scalar(select(text("state")).select_from(Job).where(Job.id == job.id)) == "done"  # the column holds the value
+  with pytest.raises(StatementError, match="'finished' is not a valid JobState"), store.write() as s: s.get(Job, job.id).state = "finished"
+  assert reads.job(store, job.id)[0].state is JobState.DONE
 
 
 def test_identical_pending_requests_share_a_job(store):

@@ -10,6 +10,7 @@ from linearizer.kernel import Opt, OptError
 from linearizer.symbolic import render
 from linearizer import reference
 from tunesvc.runtime import compile_kernel
+from tunesvc.states import ENDED, PENDING, JobState
 
 
 def read_documents(path: str) -> Iterator[tuple[str, str]]:
@@ -300,18 +301,18 @@ def cmd_tune_remote(args) -> int:
     names = ", ".join(m or "(kernels)" for m in groups)
     start, last = time.monotonic(), 0.0
     while True:
-      counts = {s: sum(v == s for v in jobs.values()) for s in ("done", "running", "queued", "failed")}
-      finished, elapsed = counts["done"] + counts["failed"], time.monotonic() - start
+      counts = {s: sum(v == s for v in jobs.values()) for s in JobState}
+      finished, elapsed = counts[JobState.DONE] + counts[JobState.FAILED], time.monotonic() - start
       left = len(jobs) - finished
       eta = f", about {left * elapsed / finished:.0f} s left" if finished and left and elapsed > 1 else ""
       if not left or args.no_wait or time.monotonic() - last >= 10:
-        print(f"{names}: {counts['done']}/{len(jobs)} done, {counts['running']} running, {counts['queued']} queued, "
-              f"{counts['failed']} failed{eta}", flush=True)
+        print(f"{names}: {counts[JobState.DONE]}/{len(jobs)} done, {counts[JobState.RUNNING]} running, {counts[JobState.QUEUED]} queued, "
+              f"{counts[JobState.FAILED]} failed{eta}", flush=True)
         last = time.monotonic()
-      if not left or args.no_wait: return 1 if counts["failed"] else 0
+      if not left or args.no_wait: return 1 if counts[JobState.FAILED] else 0
       time.sleep(2)
       for jid, state in jobs.items():
-        if state in ("queued", "running"): jobs[jid] = c.job(jid)["state"]
+        if state in PENDING: jobs[jid] = c.job(jid)["state"]
 
 
 def _service_settings(args):
@@ -344,8 +345,8 @@ def demo(url: str, token: Optional[str], budget_s: float) -> int:
     task = bar.add_task(f"tuning {len(jobs)} example kernels", total=len(jobs))
     while True:
       states = [c.job(j["job_id"]) for j in jobs]
-      bar.update(task, completed=sum(j["state"] in ("done", "failed") for j in states))
-      if all(j["state"] in ("done", "failed") for j in states): break
+      bar.update(task, completed=sum(j["state"] in ENDED for j in states))
+      if all(j["state"] in ENDED for j in states): break
       time.sleep(1)
   table = Table("kernel", "state", "baseline", "best", "speedup", "rate", "opts", title="tunesvc demo: the example kernels on CPU")
   for (name, k), j in zip(kernels.items(), states):
@@ -357,7 +358,7 @@ def demo(url: str, token: Optional[str], budget_s: float) -> int:
                   rate(k.flops(), k.bytes(), r["best_s"]), opts_text(r["opts"]))
   print_table(table)
   print(f"dashboard: {url}/   API docs: {url}/docs")
-  return 0 if all(j["state"] == "done" for j in states) else 1
+  return 0 if all(j["state"] == JobState.DONE for j in states) else 1
 
 def cmd_demo(args) -> int:
   from tunesvc.serve import Service
@@ -502,14 +503,13 @@ def add_service_commands(sub) -> None:
   page.add_argument("--limit", type=int, default=50, help="rows per page (default 50, at most 500)")
   page.add_argument("--offset", type=int, default=0, help="rows to skip (the next page's offset is printed on stderr)")
   page.add_argument("--json", action="store_true", help="one JSON object per row")
-  states = ("queued", "running", "done", "failed")
   k = sub.add_parser("kernels", parents=[server, page], help="list the server's kernels with their jobs and tuned opts, newest first")
   k.add_argument("--name", help="only kernels whose name contains this")
   k.add_argument("--device", help="only kernels with a job for this device (CPU, CUDA, ... or a fingerprint hash)")
-  k.add_argument("--state", choices=states, help="only kernels with a job in this state")
+  k.add_argument("--state", choices=list(JobState), help="only kernels with a job in this state")
   k.set_defaults(fn=cmd_kernels)
   j = sub.add_parser("jobs", parents=[server, page], help="list the server's jobs: queued ones in claim order, then the others newest first")
-  j.add_argument("--state", choices=states, help="only jobs in this state")
+  j.add_argument("--state", choices=list(JobState), help="only jobs in this state")
   j.add_argument("action", nargs="?", choices=["cancel"], help="cancel: end job ID (queued or running) as failed, with --reason")
   j.add_argument("job_id", nargs="?", type=int, metavar="ID", help="the job to cancel (with cancel)")
   j.add_argument("--reason", default="cancelled by the user", help="why, kept as the job's error (with cancel)")

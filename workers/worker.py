@@ -12,6 +12,7 @@ from search.builder import RenderBug
 from search.settings import SearchSettings
 from search.tune import DeviceBusy, SearchError, SearchStopped, tune
 from tunesvc.client import Client, ServiceError
+from tunesvc.states import JobKind
 from workers.confirm import CONFIRM_KEYS, confirm
 
 log = logging.getLogger("tunesvc.worker")
@@ -21,7 +22,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # the backoff while the service is away
 def settings_of(job: dict) -> SearchSettings:
   """The job's search settings; ValueError on a name a job may not set (the machine owns its cores, for one)."""
   settings = job.get("settings") or {}
-  if job.get("kind") == "confirm": settings = {k: v for k, v in settings.items() if k not in CONFIRM_KEYS}
+  if job.get("kind") == JobKind.CONFIRM: settings = {k: v for k, v in settings.items() if k not in CONFIRM_KEYS}
   return SearchSettings.from_json(settings, job=True)
 
 
@@ -78,7 +79,7 @@ class Worker:
     hb = threading.Thread(target=beat, daemon=True)
     hb.start()
     try:
-      if job.get("kind") == "confirm":
+      if job.get("kind") == JobKind.CONFIRM:
         result = confirm(load(job["kernel"]), self.device, job["settings"]["opts"], settings, module=self.module, stop=stop)
       else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop, warm=warm_of(job))
     except SearchStopped:

@@ -6,7 +6,8 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from linearizer.ast import KernelAST, KernelValidationError, load
 from tunesvc.api.auth import ANY, SUBMITTER, Caller
 from tunesvc.api.models import CancelRequest, DEVICE, HEX64, MAX_INT, IdPath, JobOut, KernelDetail, KernelPage, KernelSummary, MeasurementOut, \
-  ResultOut, State, SubmitRequest, SubmitResponse, storable
+  ResultOut, SubmitRequest, SubmitResponse, storable
+from tunesvc.states import JobState
 from tunesvc.store import queue, reads
 
 router = APIRouter(prefix="/v1", tags=["kernels"])
@@ -81,7 +82,7 @@ def job(job_id: IdPath, request: Request):
 @router.get("/kernels", response_model=KernelPage, dependencies=[ANY])
 def kernels(request: Request, name: Annotated[Optional[str], Query(max_length=256, description="part of the name")] = None,
             device: Annotated[Optional[str], Query(pattern=DEVICE, description="has a job for this selector")] = None,
-            state: Annotated[Optional[State], Query(description="has a job in this state")] = None,
+            state: Annotated[Optional[JobState], Query(description="has a job in this state")] = None,
             limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0):
   st = request.app.state.store
   ks, more = reads.kernels(st, name, device, state, limit, offset)

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from starlette.types import ASGIApp, Receive, Scope, Send
 from tunesvc.store import Store, reads
-from tunesvc.store.models import STATES
+from tunesvc.states import JobState
 
 
 class Metrics:
@@ -31,7 +31,7 @@ class Metrics:
     """Jobs by state, counted in the store at scrape time (every API process sees the same numbers)."""
     g = GaugeMetricFamily("tunesvc_jobs", "jobs by state", labels=["state"])
     counts = reads.jobs_by_state(self.store)
-    for s in STATES: g.add_metric([s], counts.get(s, 0))
+    for s in JobState: g.add_metric([s], counts.get(s, 0))
     yield g
 
 

@@ -1,12 +1,13 @@
 """Request and response bodies of /v1. Requests reject unknown fields; every number the store keeps is bounded."""
 from __future__ import annotations
 import math
-from typing import Annotated, Any, Literal, Optional, Self
+from typing import Annotated, Any, Optional, Self
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from linearizer.kernel import Opt, OptError
-from search.result import STORED, SearchResult
+from search.result import STORED, SearchResult, Status
 from search.settings import JOB_FIELDS
+from tunesvc.states import JobKind, JobState, ResultStatus, WorkerState
 from tunesvc.store.models import Job, Result
 
 HEX64 = r"^[0-9a-f]{64}$"
@@ -15,7 +16,6 @@ DEVICE = f"{BACKEND}|{HEX64}"  # a device selector
 MAX_ID, MAX_INT = 2**63 - 1, 2**31 - 1
 Hash = Annotated[str, Field(pattern=HEX64, description="sha256 hex")]
 Device = Annotated[str, Field(pattern=DEVICE, description='a backend name ("CPU", "CUDA") or an exact fingerprint hash')]
-State = Literal["queued", "running", "done", "failed"]
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 Version = Annotated[int, Field(ge=0, le=MAX_INT)]
@@ -68,7 +68,7 @@ class ResultSummary(BaseModel):
   speedup: float
   verified: bool
   worker_id: int = Field(description="the worker that reported it")
-  status: str = Field(description="unconfirmed, confirmed (served), refuted, invalidated; unverified and a confirm job's measurement are "
+  status: ResultStatus = Field(description="unconfirmed, confirmed (served), refuted, invalidated; unverified and a confirm job's measurement are "
                                   "never served")
   note: str = Field(description="why it was refuted or invalidated")
 
@@ -80,11 +80,11 @@ class ResultSummary(BaseModel):
 
 class JobOut(BaseModel):
   job_id: int
-  kind: str = Field(description="tune, or confirm: a second measurement of the result `confirms`")
+  kind: JobKind = Field(description="tune, or confirm: a second measurement of the result `confirms`")
   confirms: Optional[int]
   kernel_key: str
   device: str
-  state: State
+  state: JobState
   error: str = Field(description="one line per failed attempt")
   attempts: int
   max_attempts: int
@@ -140,7 +140,7 @@ class MeasurementOut(BaseModel):
   model_config = ConfigDict(from_attributes=True)
   round: int
   opts: list[dict[str, Any]]
-  status: str
+  status: Status
   error: str
   source_hash: str
   compile_s: float
@@ -175,7 +175,7 @@ class JobRow(JobOut):
 class JobPage(BaseModel):
   jobs: list[JobRow]
   next_offset: Optional[int] = Field(description="the offset of the next page; null on the last")
-  counts: dict[str, int] = Field(description="every job by state")
+  counts: dict[JobState, int] = Field(description="every job by state")
 
 class WorkerRow(BaseModel):
   worker_id: int
@@ -183,7 +183,7 @@ class WorkerRow(BaseModel):
   device: str
   fingerprint: str
   last_heartbeat: float = Field(description="Unix seconds of its last claim, heartbeat or report")
-  state: str = Field(description="idle or busy, as of its last call; offline once silent past the settings' worker_offline_s")
+  state: WorkerState = Field(description="idle or busy, as of its last call; offline once silent past the settings' worker_offline_s")
   job_id: Optional[int] = Field(description="the running job it holds a lease on")
   kernel_key: Optional[str]
   kernel_name: Optional[str]
@@ -240,7 +240,7 @@ class ClaimRequest(Request):
 
 class ClaimOut(BaseModel):
   job_id: int
-  kind: str = Field(description="tune: search; confirm: measure settings.opts again and report them as the best")
+  kind: JobKind = Field(description="tune: search; confirm: measure settings.opts again and report them as the best")
   kernel_key: str
   kernel: dict[str, Any]
   device: str
@@ -285,7 +285,7 @@ class ReportRequest(BaseModel):
 
 class ReportOut(BaseModel):
   job_id: int
-  state: State
+  state: JobState
   result_id: Optional[int]
   duplicate: bool = Field(False, description="the same report was stored before; nothing was written")
 

@@ -5,11 +5,12 @@ import collections
 from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Request
 from tunesvc.api.auth import ANY
+from tunesvc.states import JobState
 from tunesvc.api.models import ModelKernelOut, ModelOut, ModelPage
 from tunesvc.store import reads
 
 router = APIRouter(prefix="/v1", tags=["models"], dependencies=[ANY])
-ORDER = ("done", "running", "queued", "failed")  # a kernel's state is its best job's
+ORDER = (JobState.DONE, JobState.RUNNING, JobState.QUEUED, JobState.FAILED)  # a kernel's state is its best job's
 
 
 def _model(name: str, rows, detail: bool) -> ModelOut:

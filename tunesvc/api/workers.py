@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Request, Response
 from tunesvc.api.auth import WORKER, Caller, role
 from tunesvc.api.models import ClaimOut, ClaimRequest, HeartbeatOut, HeartbeatRequest, IdPath, JobOut, RegisterRequest, \
   ReleaseRequest, ReportOut, ReportRequest, WorkerOut
+from tunesvc.states import JobState
 from tunesvc.store import queue
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[role("worker")])
@@ -54,7 +55,7 @@ def report(worker_id: IdPath, body: ReportRequest, request: Request, key: Worker
     return ReportOut(job_id=j.id, state=j.state, result_id=None)
   r, duplicate = queue.report(st, worker_id, body.job_id, body.result, request.app.state.settings.proof(), key)
   request.app.state.recent_answers.clear()  # the new best is answered at once, here
-  return ReportOut(job_id=r.job_id, state="done", result_id=r.id, duplicate=duplicate)
+  return ReportOut(job_id=r.job_id, state=JobState.DONE, result_id=r.id, duplicate=duplicate)
 
 
 @router.post("/{worker_id}/release", response_model=JobOut)

@@ -1,16 +1,14 @@
 """The store's tables. Times are Unix seconds (one float type on every database, no time-zone rules); JSON columns hold
 what the API validated."""
 from __future__ import annotations
+from enum import StrEnum
 from typing import Any, Optional
 from sqlalchemy import JSON, BigInteger, Double, ForeignKey, Index, Integer, String, text, types
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from search.result import Status
+from tunesvc.states import JobKind, JobState, ResultStatus, WorkerState
 
-STATES = ("queued", "running", "done", "failed")
-NOT_FAILED = "state != 'failed'"  # the jobs that answer a new identical request
-KINDS = ("tune", "confirm")  # a search, or a second measurement of one result's opts (tunesvc/store/proof.py)
-# a result's standing: a verified search's result is unconfirmed until a confirm job's measurement agrees (confirmed: served)
-# or disagrees (refuted); an admin may invalidate any; an unverified search's result and a confirm job's own are never served
-RESULT_STATUSES = ("unconfirmed", "confirmed", "refuted", "invalidated", "unverified", "measurement")
+NOT_FAILED = f"state != '{JobState.FAILED}'"  # the jobs that answer a new identical request
 
 
 class Text(types.TypeDecorator):
@@ -18,6 +16,16 @@ class Text(types.TypeDecorator):
   impl, cache_ok = types.Text, True
   def process_bind_param(self, value, dialect):
     return None if value is None else value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+class Closed(types.TypeDecorator):
+  """A member of a closed set (a StrEnum of tunesvc/states.py) in a VARCHAR column, as its value: a read gives the member
+  back, a write or a comparison with a name outside the set raises (ValueError) before any SQL runs."""
+  impl, cache_ok = String, True
+  def __init__(self, enum: type[StrEnum], length: int = 16):
+    super().__init__(length)
+    self.enum, self.length = enum, length
+  def process_bind_param(self, value, dialect): return None if value is None else self.enum(value).value
+  def process_result_value(self, value, dialect): return None if value is None else self.enum(value)
 
 class Base(DeclarativeBase):
   # SQLite numbers rows only through an INTEGER PRIMARY KEY
@@ -59,7 +67,7 @@ class Worker(Base):
   device: Mapped[str]                   # the worker's own device, e.g. "CUDA:0"
   fingerprint_hash: Mapped[str] = mapped_column(ForeignKey("fingerprints.hash"))
   last_heartbeat: Mapped[float]
-  state: Mapped[str] = mapped_column(String(16))  # idle | busy
+  state: Mapped[WorkerState] = mapped_column(Closed(WorkerState))
   key_hash: Mapped[Optional[str]] = mapped_column(Hash)  # sha256 of the key its registration was given: it proves it is this worker
   registrant: Mapped[Optional[str]] = mapped_column(String(64))  # the credentials it registered with (api/auth.py Caller)
 
@@ -71,7 +79,7 @@ class Job(Base):
   device: Mapped[str] = mapped_column(String(64))  # selector: a backend name ("CPU") or an exact fingerprint hash
   settings: Mapped[dict[str, Any]]
   settings_hash: Mapped[str] = mapped_column(Hash)
-  state: Mapped[str] = mapped_column(String(16))
+  state: Mapped[JobState] = mapped_column(Closed(JobState))
   error: Mapped[str] = mapped_column(default="")  # one line per failed attempt
   priority: Mapped[int] = mapped_column(default=0)
   attempts: Mapped[int] = mapped_column(default=0)  # failed attempts: expired leases and reported failures
@@ -82,7 +90,7 @@ class Job(Base):
   started: Mapped[Optional[float]]
   finished: Mapped[Optional[float]]
   result_id: Mapped[Optional[int]]    # results.job_id points back; no FK here, so neither table needs the other first
-  kind: Mapped[str] = mapped_column(String(16), default="tune")  # KINDS
+  kind: Mapped[JobKind] = mapped_column(Closed(JobKind), default=JobKind.TUNE)
   confirms: Mapped[Optional[int]]     # a confirm job: the result whose opts it measures again
   avoid_worker: Mapped[Optional[int]]  # a confirm job: the worker that may not claim it (the one that made the result)
   avoid_registrant: Mapped[Optional[str]] = mapped_column(String(64))  # ... nor any worker registered with the same credentials
@@ -115,7 +123,7 @@ class Result(Base):
   search_s: Mapped[float]
   result: Mapped[dict[str, Any]]      # SearchResult.to_json(), candidates included
   created: Mapped[float]
-  status: Mapped[str] = mapped_column(String(16), default="unconfirmed")  # RESULT_STATUSES
+  status: Mapped[ResultStatus] = mapped_column(Closed(ResultStatus), default=ResultStatus.UNCONFIRMED)
   confirmed_by: Mapped[Optional[int]]  # the confirm job's result that agreed (or disagreed)
   note: Mapped[str] = mapped_column(default="")  # why it was refuted or invalidated
 
@@ -126,7 +134,7 @@ class Measurement(Base):
   job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
   round: Mapped[int]
   opts: Mapped[list[Any]]
-  status: Mapped[str] = mapped_column(String(32))
+  status: Mapped[Status] = mapped_column(Closed(Status, 32))
   error: Mapped[str]
   source_hash: Mapped[str]
   compile_s: Mapped[float]

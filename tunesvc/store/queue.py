@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST, load
 from search.result import SearchResult
 from tunesvc.store import Store, proof
+from tunesvc.states import ENDED, PENDING, JobKind, JobState, ResultStatus, WorkerState
 from tunesvc.store.models import NOT_FAILED, Base, Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
 
 
@@ -93,8 +94,8 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
   with st.write() as s:
     if submitter is not None and max_pending is not None:
       shared = s.scalar(select(func.count()).select_from(Job).where(Job.kernel_key.in_(unique), Job.device == device, Job.settings_hash == sh,
-                                                                    Job.state != "failed")) or 0
-      pending = s.scalar(select(func.count()).select_from(Job).where(Job.submitter == submitter, Job.state.in_(("queued", "running")))) or 0
+                                                                    Job.state != JobState.FAILED)) or 0
+      pending = s.scalar(select(func.count()).select_from(Job).where(Job.submitter == submitter, Job.state.in_(PENDING))) or 0
       if pending + (new := len(unique) - shared) > max_pending:
         raise TooMany(f"{pending} of your jobs wait already and this would add {new}: at most {max_pending} may wait "
                       "(TUNESVC_MAX_PENDING_JOBS); submit again once some have ended")
@@ -102,7 +103,7 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
                                                                 bytes=k.bytes(), created=t) for k in unique.values()])
     # the partial unique index (not failed) decides between concurrent identical submissions
     s.execute(st.insert(Job).on_conflict_do_nothing(index_elements=["kernel_key", "device", "settings_hash"], index_where=text(NOT_FAILED)),
-              [dict(kernel_key=key, device=device, settings=settings, settings_hash=sh, state="queued", error="", priority=priority,
+              [dict(kernel_key=key, device=device, settings=settings, settings_hash=sh, state=JobState.QUEUED, error="", priority=priority,
                     attempts=0, max_attempts=max_attempts, created=t, submitter=submitter) for key in unique])
     if model is not None:
       counts = dict(zip((k.key for k in kernels), runs or [1] * len(kernels)))
@@ -110,7 +111,7 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
       s.execute(ins.on_conflict_do_update(index_elements=["model", "kernel_key"], set_={"runs": ins.excluded.runs}),
                 [dict(model=model, kernel_key=key, runs=n) for key, n in counts.items()])
     jobs = {j.kernel_key: (j, r) for j, r in s.execute(select(Job, Result).outerjoin(Result, Result.id == Job.result_id).where(
-      Job.kernel_key.in_(unique), Job.device == device, Job.settings_hash == sh, Job.state != "failed"))}
+      Job.kernel_key.in_(unique), Job.device == device, Job.settings_hash == sh, Job.state != JobState.FAILED))}
   return [jobs[k.key] for k in kernels]
 
 
@@ -130,7 +131,7 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
     if fp.json != fingerprint: raise Invalid(f"fingerprint {fingerprint_hash} is registered with a different fingerprint")
     if fp.options is None: fp.options = options  # registered before options were
     elif fp.options != options: raise Invalid(f"fingerprint {fingerprint_hash} is registered with other LinearizerOptions: {fp.options}")
-    s.add(w := Worker(name=name, device=device, fingerprint_hash=fingerprint_hash, last_heartbeat=t, state="idle",
+    s.add(w := Worker(name=name, device=device, fingerprint_hash=fingerprint_hash, last_heartbeat=t, state=WorkerState.IDLE,
                       key_hash=None if key is None else key_hash(key), registrant=registrant))
   return w
 
@@ -142,11 +143,11 @@ def cancel(st: Store, job_id: int, reason: str, by: Optional[str] = None) -> Job
   with st.write() as s:
     job = _get(s, Job, job_id, lock=True)
     if by is not None and job.submitter != by:
-      raise Forbidden(f"job {job_id} is {'the service' if job.kind == 'confirm' else 'another submitter'}'s: only it or an admin may cancel it")
-    if job.state in ("done", "failed"): raise Conflict(f"job {job_id} has ended: it is {job.state}")
-    job.state, job.finished, job.error = "failed", time.time(), job.error + f"cancelled: {reason}\n"
+      raise Forbidden(f"job {job_id} is {'the service' if job.kind == JobKind.CONFIRM else 'another submitter'}'s: only it or an admin may cancel it")
+    if job.state in ENDED: raise Conflict(f"job {job_id} has ended: it is {job.state}")
+    job.state, job.finished, job.error = JobState.FAILED, time.time(), job.error + f"cancelled: {reason}\n"
     job.lease_owner = job.lease_expires = job.last_owner = None
-    if job.kind == "confirm" and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} was cancelled", job.finished)
+    if job.kind == JobKind.CONFIRM and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} was cancelled", job.finished)
   return job
 
 
@@ -155,13 +156,13 @@ def _attempt_failed(s: Session, job: Job, reason: str, t: float, retry: bool = T
   job.error += f"attempt {job.attempts}: {reason}\n"
   job.last_owner = job.lease_owner if lapsed else None  # a lapsed lease's worker may still report its finished search
   job.lease_owner = job.lease_expires = None
-  if retry and job.attempts < job.max_attempts: job.state = "queued"
+  if retry and job.attempts < job.max_attempts: job.state = JobState.QUEUED
   else:
-    job.state, job.finished = "failed", t
-    if job.kind == "confirm" and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} failed: {reason}", t)
+    job.state, job.finished = JobState.FAILED, t
+    if job.kind == JobKind.CONFIRM and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} failed: {reason}", t)
 
 def _expire(s: Session, t: float) -> int:
-  jobs = s.scalars(select(Job).where(Job.state == "running", Job.lease_expires < t).with_for_update(skip_locked=True)).all()
+  jobs = s.scalars(select(Job).where(Job.state == JobState.RUNNING, Job.lease_expires < t).with_for_update(skip_locked=True)).all()
   for j in jobs: _attempt_failed(s, j, f"the lease of worker {j.lease_owner} expired", t, lapsed=True)
   return len(jobs)
 
@@ -177,7 +178,7 @@ def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optio
   with st.write() as s:
     w, fp = _worker(s, worker_id, key)
     _expire(s, t)
-    q = select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == "queued", Job.device.in_((fp.backend, fp.hash)),
+    q = select(Job, Kernel).join(Kernel, Kernel.key == Job.kernel_key).where(Job.state == JobState.QUEUED, Job.device.in_((fp.backend, fp.hash)),
                                                                              or_(Job.avoid_worker.is_(None), Job.avoid_worker != w.id),
                                                                              or_(Job.not_before.is_(None), Job.not_before <= t))
     if w.registrant is not None: q = q.where(or_(Job.avoid_registrant.is_(None), Job.avoid_registrant != w.registrant))
@@ -185,10 +186,10 @@ def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optio
       asked = Job.settings["action_space_version"].as_integer()
       q = q.where(or_(asked.is_(None), asked == action_space_version))
     got = s.execute(q.order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(of=Job, skip_locked=True)).first()
-    w.last_heartbeat, w.state = t, "idle" if got is None else "busy"
+    w.last_heartbeat, w.state = t, WorkerState.IDLE if got is None else WorkerState.BUSY
     if got is None: return None
     job, kernel = got
-    job.state, job.lease_owner, job.lease_expires, job.started, job.last_owner, job.not_before = "running", w.id, t + lease_s, t, None, None
+    job.state, job.lease_owner, job.lease_expires, job.started, job.last_owner, job.not_before = JobState.RUNNING, w.id, t + lease_s, t, None, None
     return job, kernel
 
 
@@ -197,7 +198,7 @@ def _held(s: Session, worker_id: int, job_id: int, t: float, key: Optional[str])
   w = _proven_worker(_get(s, Worker, worker_id), key)
   job = _get(s, Job, job_id, lock=True)
   w.last_heartbeat = t
-  if job.state != "running" or job.lease_owner != w.id:
+  if job.state != JobState.RUNNING or job.lease_owner != w.id:
     raise Conflict(f"job {job_id} is not held by worker {worker_id}: it is {job.state}"
                    + (f" under worker {job.lease_owner}" if job.lease_owner is not None else ""))
   return w, job
@@ -214,7 +215,7 @@ def release(st: Store, worker_id: int, job_id: int, key: Optional[str] = None) -
   """Back to the queue without costing an attempt: the worker is shutting down, the job did nothing wrong."""
   with st.write() as s:
     w, job = _held(s, worker_id, job_id, time.time(), key)
-    job.state, job.lease_owner, job.lease_expires, job.last_owner, w.state = "queued", None, None, None, "idle"
+    job.state, job.lease_owner, job.lease_expires, job.last_owner, w.state = JobState.QUEUED, None, None, None, WorkerState.IDLE
   return job
 
 def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True, busy: Optional[Backoff] = None,
@@ -231,8 +232,8 @@ def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True
     else:
       job.busy += 1
       job.error += f"busy {job.busy}: {why}; again after {busy.delay_s(job.busy):.0f} s\n"
-      job.state, job.not_before, job.lease_owner, job.lease_expires, job.last_owner = "queued", t + busy.delay_s(job.busy), None, None, None
-    w.state = "idle"
+      job.state, job.not_before, job.lease_owner, job.lease_expires, job.last_owner = JobState.QUEUED, t + busy.delay_s(job.busy), None, None, None
+    w.state = WorkerState.IDLE
   return job
 
 
@@ -245,20 +246,20 @@ def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.P
   if r.fingerprint_hash != fp.hash or r.fingerprint != fp.json:
     raise Invalid(f"the result's fingerprint {r.fingerprint_hash} is not worker {w.id}'s {fp.hash}")
   if fp.options is None: raise Invalid(f"worker {w.id}'s fingerprint has no registered LinearizerOptions: register the worker again")
-  if job.kind == "confirm" and r.best_opts != job.settings["opts"]: raise Invalid(f"confirm job {job_id} measures other opts than these")
+  if job.kind == JobKind.CONFIRM and r.best_opts != job.settings["opts"]: raise Invalid(f"confirm job {job_id} measures other opts than these")
   try: proof.check(load(kernel.document), proof.options_of(fp.options), r, pf)
   except proof.Unproven as e: raise Invalid(f"job {job_id}: {e}") from None
 
 
 def _may_report(s: Session, job: Job, worker_id: int) -> Optional[Result]:
   """The stored result where this is a repeat of the worker's own report; Conflict where the worker may not report the job."""
-  if job.state == "done":
+  if job.state == JobState.DONE:
     if (prev := s.get_one(Result, job.result_id)).worker_id == worker_id: return prev
     raise Conflict(f"job {job.id} is already done: result {prev.id} from worker {prev.worker_id}")
-  if job.state == "failed": raise Conflict(f"job {job.id} has failed:\n{job.error}")
-  if job.state == "running" and job.lease_owner != worker_id:
+  if job.state == JobState.FAILED: raise Conflict(f"job {job.id} has failed:\n{job.error}")
+  if job.state == JobState.RUNNING and job.lease_owner != worker_id:
     raise Conflict(f"job {job.id} is held by worker {job.lease_owner}: the lease of worker {worker_id} lapsed and the job was claimed again")
-  if job.state == "queued" and job.last_owner != worker_id:
+  if job.state == JobState.QUEUED and job.last_owner != worker_id:
     raise Conflict(f"job {job.id} is queued and was never leased to worker {worker_id} (or it gave the job back): claim it first")
   return None
 
@@ -274,7 +275,7 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Pr
     (w, fp), job = _worker(s, worker_id), _get(s, Job, job_id, lock=True)
     if (prev := _may_report(s, job, w.id)) is not None: return prev, True
     if job.device not in (fp.backend, fp.hash): raise Invalid(f"job {job_id} is for device {job.device}, worker {w.id} is {fp.backend} {fp.hash}")
-    status = "measurement" if job.kind == "confirm" else "unconfirmed" if r.verified else "unverified"
+    status = ResultStatus.MEASUREMENT if job.kind == JobKind.CONFIRM else ResultStatus.UNCONFIRMED if r.verified else ResultStatus.UNVERIFIED
     s.add(res := Result(job_id=job.id, worker_id=w.id, kernel_key=job.kernel_key, fingerprint_hash=fp.hash,
                         action_space_version=r.action_space_version, best_opts=r.best_opts, best_s=r.best_s, baseline_s=r.baseline_s,
                         speedup=r.speedup, verified=r.verified, search_s=r.search_s, result=r.to_json(), created=t, status=status, note=""))
@@ -283,13 +284,13 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Pr
       s.execute(st.insert(Measurement), [dict(job_id=job.id, round=c.round, opts=c.opts, status=c.status, error=c.error,
                                               source_hash=c.source_hash, compile_s=c.compile_s, times=c.times_s, min_s=c.min_s,
                                               verified=c.verified) for c in r.candidates])
-    job.state, job.result_id, job.finished, job.lease_owner, job.lease_expires, job.last_owner = "done", res.id, t, None, None, None
-    w.state, w.last_heartbeat = "idle", t
-    if job.kind == "confirm": _settle(st, s, job, res, pf, t)
+    job.state, job.result_id, job.finished, job.lease_owner, job.lease_expires, job.last_owner = JobState.DONE, res.id, t, None, None, None
+    w.state, w.last_heartbeat = WorkerState.IDLE, t
+    if job.kind == JobKind.CONFIRM: _settle(st, s, job, res, pf, t)
     elif r.verified:  # only a schedule checked against the reference on this device may be handed out, once measured again
       settings = {**job.settings, "action_space_version": r.action_space_version, "opts": r.best_opts, "confirms": res.id}
-      s.add(Job(kernel_key=job.kernel_key, device=fp.hash, settings=settings, settings_hash=settings_hash(settings), state="queued",
-                error="", priority=job.priority + 1, attempts=0, max_attempts=job.max_attempts, created=t, kind="confirm",
+      s.add(Job(kernel_key=job.kernel_key, device=fp.hash, settings=settings, settings_hash=settings_hash(settings), state=JobState.QUEUED,
+                error="", priority=job.priority + 1, attempts=0, max_attempts=job.max_attempts, created=t, kind=JobKind.CONFIRM,
                 confirms=res.id, avoid_worker=w.id if pf.confirm_on_other_worker else None,
                 avoid_registrant=w.registrant if pf.confirm_on_other_worker else None))
   return res, False
@@ -298,12 +299,12 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Pr
 def _settle(st: Store, s: Session, job: Job, measured: Result, pf: proof.Proof, t: float) -> None:
   """A confirm job's measurement decides its result: served (the best, where faster than the standing one) or refuted."""
   claimed = s.get_one(Result, job.confirms, with_for_update=True)
-  if claimed.status != "unconfirmed": return  # invalidated meanwhile
+  if claimed.status != ResultStatus.UNCONFIRMED: return  # invalidated meanwhile
   claimed.confirmed_by = measured.id
   if not measured.verified: return _refute(s, claimed.id, f"the confirm measurement {measured.id} did not verify", t)
   if (why := pf.disagreement((claimed.baseline_s, claimed.best_s), (measured.baseline_s, measured.best_s))) is not None:
     return _refute(s, claimed.id, f"the confirm measurement {measured.id} disagrees: {why}", t)
-  claimed.status = "confirmed"
+  claimed.status = ResultStatus.CONFIRMED
   _promote(st, s, claimed)
 
 def _promote(st: Store, s: Session, r: Result) -> None:
@@ -315,10 +316,10 @@ def _promote(st: Store, s: Session, r: Result) -> None:
 
 def _refute(s: Session, result_id: int, why: str, t: float) -> None:
   r = s.get_one(Result, result_id, with_for_update=True)
-  if r.status != "unconfirmed": return
-  r.status, r.note = "refuted", why
-  if (job := s.get_one(Job, r.job_id, with_for_update=True)).state == "done":
-    job.state, job.finished, job.error = "failed", t, job.error + f"result {r.id} refuted: {why}\n"
+  if r.status != ResultStatus.UNCONFIRMED: return
+  r.status, r.note = ResultStatus.REFUTED, why
+  if (job := s.get_one(Job, r.job_id, with_for_update=True)).state == JobState.DONE:
+    job.state, job.finished, job.error = JobState.FAILED, t, job.error + f"result {r.id} refuted: {why}\n"
 
 
 def invalidate(st: Store, reason: str, result_id: Optional[int] = None, kernel_key: Optional[str] = None,
@@ -328,11 +329,11 @@ def invalidate(st: Store, reason: str, result_id: Optional[int] = None, kernel_k
   (the results invalidated, the new jobs)."""
   t = time.time()
   with st.write() as s:
-    q = select(Result).where(Result.status != "invalidated")
+    q = select(Result).where(Result.status != ResultStatus.INVALIDATED)
     if result_id is not None: q = q.where(Result.id == result_id)
     if kernel_key is not None: q = q.where(Result.kernel_key == kernel_key)
     if worker_id is not None:
-      confirmed = select(Result.id).where(Result.worker_id == worker_id, Result.status == "measurement")
+      confirmed = select(Result.id).where(Result.worker_id == worker_id, Result.status == ResultStatus.MEASUREMENT)
       q = q.where(or_(Result.worker_id == worker_id, Result.confirmed_by.in_(confirmed)))
     rows = s.scalars(q.with_for_update()).all()
     if result_id is not None and not rows and s.get(Result, result_id) is None: raise NotFound(f"result {result_id} not found")
@@ -340,14 +341,14 @@ def invalidate(st: Store, reason: str, result_id: Optional[int] = None, kernel_k
     s.execute(delete(Best).where(Best.result_id.in_(ids)))
     retune: list[tuple[KernelAST, str, dict, int, int]] = []
     for r in rows:
-      r.status, r.note = "invalidated", f"invalidated: {reason}"
+      r.status, r.note = ResultStatus.INVALIDATED, f"invalidated: {reason}"
       job = s.get_one(Job, r.job_id, with_for_update=True)
-      if job.state == "done" and job.kind == "tune":
-        job.state, job.finished, job.error = "failed", t, job.error + f"result {r.id} invalidated: {reason}\n"
+      if job.state == JobState.DONE and job.kind == JobKind.TUNE:
+        job.state, job.finished, job.error = JobState.FAILED, t, job.error + f"result {r.id} invalidated: {reason}\n"
         retune.append((load(s.get_one(Kernel, job.kernel_key).document), job.device, job.settings, job.priority, job.max_attempts))
     s.flush()
     for key, fp, v in {(r.kernel_key, r.fingerprint_hash, r.action_space_version) for r in rows}:
       nxt = s.scalars(select(Result).where(Result.kernel_key == key, Result.fingerprint_hash == fp, Result.action_space_version == v,
-                                           Result.status == "confirmed").order_by(Result.best_s).limit(1)).first()
+                                           Result.status == ResultStatus.CONFIRMED).order_by(Result.best_s).limit(1)).first()
       if nxt is not None: _promote(st, s, nxt)
   return ids, [submit(st, [k], device, settings, prio, attempts)[0][0].id for k, device, settings, prio, attempts in retune]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 from sqlalchemy import Row, bindparam, exists, func, select
+from tunesvc.states import JobState
 from tunesvc.store import Store
 from tunesvc.store.models import Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
 
@@ -22,7 +23,7 @@ def jobs_of(st: Store, keys: Sequence[str]) -> dict[str, list[tuple[Job, Optiona
   return out
 
 
-def kernels(st: Store, name: Optional[str] = None, device: Optional[str] = None, state: Optional[str] = None,
+def kernels(st: Store, name: Optional[str] = None, device: Optional[str] = None, state: Optional[JobState] = None,
             limit: int = 50, offset: int = 0) -> tuple[list[Kernel], bool]:
   """A page of kernels, newest first: names containing `name`, with a job for `device` and/or in `state`; and whether more follow."""
   q = select(Kernel).order_by(Kernel.created.desc(), Kernel.key)
@@ -68,7 +69,7 @@ def lookup(st: Store, keys: Sequence[str], fingerprint_hash: str, action_space_v
     return {r.kernel_key: r for r in rows}  # ascending versions: the newest one is left standing
 
 
-def jobs_by_state(st: Store) -> dict[str, int]:
+def jobs_by_state(st: Store) -> dict[JobState, int]:
   with st.read() as s: return dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
 
 
@@ -77,26 +78,27 @@ def workers(st: Store, limit: int = 50, offset: int = 0) -> tuple[list[tuple[Wor
   with st.read() as s:
     ws = s.scalars(select(Worker).order_by(Worker.id.desc()).limit(limit + 1).offset(offset)).all()
     held = {j.lease_owner: (j, name) for j, name in s.execute(select(Job, Kernel.name).join(Kernel, Kernel.key == Job.kernel_key)
-                                                               .where(Job.state == "running", Job.lease_owner.in_([w.id for w in ws])))}
+                                                               .where(Job.state == JobState.RUNNING, Job.lease_owner.in_([w.id for w in ws])))}
   return [(w, *held.get(w.id, (None, None))) for w in ws[:limit]], len(ws) > limit
 
-def jobs(st: Store, state: Optional[str] = None, limit: int = 50, offset: int = 0) -> tuple[list[tuple[Job, Optional[Result], Optional[str]]], bool]:
+def jobs(st: Store, state: Optional[JobState] = None, limit: int = 50,
+         offset: int = 0) -> tuple[list[tuple[Job, Optional[Result], Optional[str]]], bool]:
   """A page of jobs with their result and kernel name; and whether more follow. Queued ones in the order workers claim them
   (highest priority, then oldest), the others newest first."""
   q = select(Job, Result, Kernel.name).join(Kernel, Kernel.key == Job.kernel_key).outerjoin(Result, Result.id == Job.result_id)
   if state: q = q.where(Job.state == state)
-  q = q.order_by(Job.priority.desc(), Job.id) if state == "queued" else q.order_by(Job.id.desc())
+  q = q.order_by(Job.priority.desc(), Job.id) if state == JobState.QUEUED else q.order_by(Job.id.desc())
   with st.read() as s: rows = s.execute(q.limit(limit + 1).offset(offset)).all()
   return [(j, r, name) for j, r, name in rows[:limit]], len(rows) > limit
 
 
-def model_kernels(st: Store, model: Optional[str] = None) -> dict[str, list[tuple[Kernel, int, list[str]]]]:
+def model_kernels(st: Store, model: Optional[str] = None) -> dict[str, list[tuple[Kernel, int, list[JobState]]]]:
   """model -> its kernels, each with its runs and the states of its jobs (oldest first); one model or every one."""
   q = select(ModelKernel, Kernel).join(Kernel, Kernel.key == ModelKernel.kernel_key).order_by(ModelKernel.model, ModelKernel.runs.desc(), Kernel.key)
   if model is not None: q = q.where(ModelKernel.model == model)
   with st.read() as s:
     rows = s.execute(q).all()
-    states: dict[str, list[str]] = {}
+    states: dict[str, list[JobState]] = {}
     for key, state in s.execute(select(Job.kernel_key, Job.state).where(Job.kernel_key.in_({k.key for _, k in rows})).order_by(Job.id)):
       states.setdefault(key, []).append(state)
   out: dict[str, list] = {}
