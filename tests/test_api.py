@@ -1,6 +1,6 @@
 """The HTTP API in-process (TestClient over a SQLite store): every endpoint's success and bad input, tokens, limits, and a
 schemathesis run over the OpenAPI schema that must find no 5xx."""
-import hashlib, inspect, json, os, signal, socket, subprocess, sys, time
+import hashlib, inspect, json, os, select, signal, socket, subprocess, sys, time
 import httpx
 import pytest
 import schemathesis
@@ -314,8 +314,9 @@ def test_health_metrics_and_the_openapi_schema(api, tmp_path):
 
 @pytest.mark.slow
 def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
-  """No tokens, so the fuzzer reaches past authentication; a few kernels, a worker and a tuned result to find."""
-  app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/fuzz.db", max_body_bytes=1 << 20))
+  """No tokens, so the fuzzer reaches past authentication; a few kernels, a worker and a tuned result to find. (The fuzzer
+  and TestClient call the app by the name testserver.)"""
+  app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/fuzz.db", max_body_bytes=1 << 20, allowed_hosts=("testserver",)))
   with TestClient(app) as api:
     job, = submit(api, [example("sum_all")])
     submit(api, examples()[:4])
@@ -593,3 +594,62 @@ def test_inputs_that_cannot_run_are_refused_up_front(tmp_path):
     assert api.post(f"/v1/jobs/{job['job_id']}/cancel", json={}, headers=SUB).status_code == 409
     assert api.post("/v1/jobs/999/cancel", json={}, headers=SUB).status_code == 404
     assert api.post("/v1/kernels", json={"kernels": [doc], "device": "HIP"}, headers=SUB).json()["jobs"][0]["job_id"] != job["job_id"]
+
+
+def test_without_tokens_only_loopback_host_names_are_answered(tmp_path):
+  """No tokens: every caller may do everything, so a page on another site that rebinds its name to 127.0.0.1 (DNS rebinding)
+  must not reach the API as a same-origin caller: its requests carry its own name as Host."""
+  with TestClient(create_app(Settings(database_url=f"sqlite:///{tmp_path}/h.db")), base_url="http://127.0.0.1:8000") as api:
+    assert api.get("/v1/jobs").status_code == 200
+    for host in ("localhost:8000", "[::1]:8000", "127.0.0.1"): assert api.get("/v1/jobs", headers={"Host": host}).status_code == 200
+    for host in ("evil.example:8000", "127.0.0.1.evil.example", ""):
+      r = api.post(f"/v1/admin/kernels/{'0' * 64}/invalidate", json={"reason": "rebound"}, headers={"Host": host})
+      assert r.status_code == 400, (host, r.status_code)
+  allowed = Settings(database_url=f"sqlite:///{tmp_path}/h.db", allowed_hosts=("tunesvc.lan",))
+  with TestClient(create_app(allowed), base_url="http://tunesvc.lan") as api: assert api.get("/v1/jobs").status_code == 200
+  with make_client(tmp_path) as api:  # tokens: they, not the name, decide (a rebound page has none)
+    assert api.get("/v1/jobs", headers={**SUB, "Host": "tunesvc.example.com"}).status_code == 200
+  assert Settings.from_env({"TUNESVC_ALLOWED_HOSTS": "a.lan, b.lan"}).allowed_hosts == ("a.lan", "b.lan")
+
+
+def _raw(url: str, head: bytes, then: bytes = b"", wait_s: float = 0.0, chunks: int = 0) -> tuple[bytes, float]:
+  """Send `head` on a raw connection, then `chunks` times `then` (wait_s apart) until the server answers; (what it answered,
+  seconds until it closed). A server that closes with bytes of ours unread may reset the connection: b"RESET"."""
+  host, port = url.removeprefix("http://").split(":")
+  t, got = time.monotonic(), b""
+  with socket.create_connection((host, int(port)), timeout=30) as s:
+    try:
+      s.sendall(head)
+      for _ in range(chunks):
+        if select.select([s], [], [], 0)[0]: break  # answered (or closed): read it
+        s.sendall(then)
+        if wait_s: time.sleep(wait_s)
+      while chunk := s.recv(65536): got += chunk
+    except (ConnectionResetError, BrokenPipeError): got += b"RESET"
+  return got, time.monotonic() - t
+
+def test_a_request_head_is_bounded_in_size_and_a_request_in_time(tmp_path):
+  """httptools keeps however many header bytes a client sends (64 MB of one header were taken, 21 s of the event loop) and
+  waits forever for a head or a body that trickles in (slow loris): each connection held memory, a socket and a task."""
+  from tunesvc.serve import Service
+  settings = Settings(database_url=f"sqlite:///{tmp_path}/s.db", tokens=TOKENS, max_head_bytes=16 << 10, receive_s=2.0)
+  svc = Service(settings, port=0, workers=0).start()
+  try:
+    got, _ = _raw(svc.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * (20 << 10) + b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 431 ") and b"16384" in got, got[:200]
+    for flood in (b"a" * 8192, b"".join(b"X-%d: a\r\n" % i for i in range(1000))):  # 2 MB of one header, 256,000 headers
+      got, _ = _raw(svc.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: ", flood, chunks=256)
+      assert got.startswith(b"HTTP/1.1 431 ") or got == b"RESET", got[:200]  # cut off while it still sends: answered or reset
+    got, took = _raw(svc.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n", b"X: y\r\n", wait_s=0.5, chunks=20)  # a header every 0.5 s
+    assert got.startswith(b"HTTP/1.1 408 ") and took < 6, (got[:200], took)
+    _, took = _raw(svc.url, b"", chunks=0)  # connects and says nothing
+    assert took < 6
+    body = json.dumps({"kernels": [example("sum_all").to_json()]}).encode()
+    head = (b"POST /v1/kernels HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sub\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    got, took = _raw(svc.url, head, body[:1], wait_s=0.5, chunks=20)  # a byte of the body every 0.5 s
+    assert not got.startswith(b"HTTP/1.1 202") and took < 6, (got[:200], took)
+    got, _ = _raw(svc.url, head + body + b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-B: " + b"b" * 8000 + b"\r\nConnection: close\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 202") and got.count(b"HTTP/1.1 200") == 1, got[:300]  # within the bounds: both answered
+    with httpx.Client(base_url=svc.url, headers=SUB) as c: assert c.get("/v1/jobs").status_code == 200
+  finally: svc.stop()

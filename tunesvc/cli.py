@@ -324,7 +324,9 @@ def cmd_serve(args) -> int:
   from tunesvc.serve import Service
   settings = _service_settings(args)
   if not settings.tokens and args.host not in ("127.0.0.1", "localhost", "::1"):
-    print(f"WARNING: no tokens configured (TUNESVC_TOKENS): anyone who reaches {args.host}:{args.port} may do everything", file=sys.stderr)
+    print(f"WARNING: no tokens configured (TUNESVC_TOKENS): anyone who reaches {args.host}:{args.port} may do everything"
+          + (" (the names it answers to besides the loopback ones: TUNESVC_ALLOWED_HOSTS)" if args.host in ("0.0.0.0", "::") else ""),
+          file=sys.stderr)
   svc = Service(settings, args.host, args.port, args.workers, log_level="info", api_processes=args.api_processes,
                 access_log=args.access_log).start()
   print(f"tunesvc on {svc.url} (dashboard {svc.url}/, API docs {svc.url}/docs); workers: {len(svc.procs)} on {svc.devices}", flush=True)

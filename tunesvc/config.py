@@ -9,6 +9,7 @@ from tunesvc.store.queue import Backoff
 
 ROLES = ("submit", "worker", "admin")  # admin may do everything
 DIGEST = re.compile(r"sha256:([0-9a-f]{64})")  # a token given by its digest: the settings need not hold the token itself
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")  # as Host headers spell them
 
 
 def token_digest(token: str) -> str: return hashlib.sha256(token.encode()).hexdigest()
@@ -31,6 +32,8 @@ class Settings:
   tokens: Mapping[str, str] = field(default_factory=dict)  # token -> role; none configured: every request may do everything
   open_lookups: bool = True            # GET /v1/opts and POST /v1/opts/lookup need no token
   max_body_bytes: int = 8 << 20
+  max_head_bytes: int = 64 << 10       # a request's line and headers (431 past them)
+  receive_s: float = 60.0              # a request, head and body, arrives whole within this of its first byte (slow loris)
   max_attempts: int = 3                # failed attempts (lapsed leases, reported failures) before a job fails
   sweep_s: float = 5.0                 # how often lapsed leases are swept when no claim does it first
   answer_ttl_s: float = 1.0            # an API process keeps a lookup's answer this long (0: never); see api/opts.py
@@ -49,6 +52,8 @@ class Settings:
   busy_retries: int = 6
   busy_backoff_s: float = 30.0
   max_pending_jobs: int = 10000        # queued or running jobs one caller (token; address without tokens) may have; admins: any
+  # without tokens, the Host names a request may carry (api/__init__.py: DNS rebinding); "*": any. With tokens: any
+  allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
 
   @functools.cached_property
   def roles_by_digest(self) -> dict[str, str]:
@@ -64,14 +69,17 @@ class Settings:
   @staticmethod
   def from_env(env: Mapping[str, str] = os.environ) -> Settings:
     """TUNESVC_DATABASE_URL, TUNESVC_TOKENS ('tok:role,...'), TUNESVC_TOKENS_FILE, TUNESVC_OPEN_LOOKUPS (0/1),
-    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S, TUNESVC_CONFIRM_TOLERANCE, TUNESVC_CONFIRM_BASELINE_FACTOR,
+    TUNESVC_MAX_BODY_BYTES, TUNESVC_MAX_HEAD_BYTES, TUNESVC_RECEIVE_S, TUNESVC_MAX_ATTEMPTS, TUNESVC_ANSWER_TTL_S,
+    TUNESVC_CONFIRM_TOLERANCE, TUNESVC_CONFIRM_BASELINE_FACTOR,
     TUNESVC_CONFIRM_ON_OTHER_WORKER (0/1), TUNESVC_WORKER_OFFLINE_S, TUNESVC_OPEN_RATE_PER_S, TUNESVC_LOOKUP_NODES,
-    TUNESVC_MAX_KERNEL_BYTES, TUNESVC_BUSY_RETRIES, TUNESVC_BUSY_BACKOFF_S, TUNESVC_MAX_PENDING_JOBS."""
+    TUNESVC_MAX_KERNEL_BYTES, TUNESVC_BUSY_RETRIES, TUNESVC_BUSY_BACKOFF_S, TUNESVC_MAX_PENDING_JOBS, TUNESVC_ALLOWED_HOSTS
+    ('a.lan,b.lan': more names than the loopback ones a tokenless service answers)."""
     tokens = parse_tokens(env.get("TUNESVC_TOKENS", ""))
     if path := env.get("TUNESVC_TOKENS_FILE"): tokens |= parse_tokens(Path(path).read_text())
     return Settings(database_url=env.get("TUNESVC_DATABASE_URL") or None, tokens=tokens,
                     open_lookups=env.get("TUNESVC_OPEN_LOOKUPS", "1") != "0",
-                    max_body_bytes=int(env.get("TUNESVC_MAX_BODY_BYTES", 8 << 20)), max_attempts=int(env.get("TUNESVC_MAX_ATTEMPTS", 3)),
+                    max_body_bytes=int(env.get("TUNESVC_MAX_BODY_BYTES", 8 << 20)), max_head_bytes=int(env.get("TUNESVC_MAX_HEAD_BYTES", 64 << 10)),
+                    receive_s=float(env.get("TUNESVC_RECEIVE_S", 60.0)), max_attempts=int(env.get("TUNESVC_MAX_ATTEMPTS", 3)),
                     answer_ttl_s=float(env.get("TUNESVC_ANSWER_TTL_S", 1.0)),
                     confirm_tolerance=float(env.get("TUNESVC_CONFIRM_TOLERANCE", 0.5)),
                     confirm_baseline_factor=float(env.get("TUNESVC_CONFIRM_BASELINE_FACTOR", 4.0)),
@@ -80,4 +88,6 @@ class Settings:
                     open_rate_per_s=float(env.get("TUNESVC_OPEN_RATE_PER_S", 1000.0)), lookup_nodes=int(env.get("TUNESVC_LOOKUP_NODES", 16384)),
                     max_kernel_bytes=int(env.get("TUNESVC_MAX_KERNEL_BYTES", 16 << 30)),
                     busy_retries=int(env.get("TUNESVC_BUSY_RETRIES", 6)), busy_backoff_s=float(env.get("TUNESVC_BUSY_BACKOFF_S", 30.0)),
-                    max_pending_jobs=int(env.get("TUNESVC_MAX_PENDING_JOBS", 10000)))
+                    max_pending_jobs=int(env.get("TUNESVC_MAX_PENDING_JOBS", 10000)),
+                    allowed_hosts=tuple(h.strip() for h in env["TUNESVC_ALLOWED_HOSTS"].split(",") if h.strip())
+                    if env.get("TUNESVC_ALLOWED_HOSTS") else LOOPBACK_NAMES)

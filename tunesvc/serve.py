@@ -5,7 +5,7 @@ accept on the one listening socket (the kernel spreads connections among them; o
 workers are child processes. On SIGINT or SIGTERM the workers stop first -- each gives its job back to the queue, which
 needs the API still up -- and then the API."""
 from __future__ import annotations
-import contextlib, dataclasses, multiprocessing, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, threading, time
+import contextlib, dataclasses, functools, multiprocessing, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 from multiprocessing.process import BaseProcess
 from typing import Optional
 import httpx
@@ -13,11 +13,13 @@ import uvicorn
 from devices import registry
 from search.pool import die_with_parent
 from tunesvc.api import create_app
+from tunesvc.api.limits import BoundedHttp
 from tunesvc.config import Settings
 
 
 def _server(settings: Settings, log_level: str, access_log: bool) -> uvicorn.Server:
-  return uvicorn.Server(uvicorn.Config(create_app(settings), log_level=log_level, access_log=access_log))
+  http = functools.partial(BoundedHttp, max_head_bytes=settings.max_head_bytes, receive_s=settings.receive_s)
+  return uvicorn.Server(uvicorn.Config(create_app(settings), http=http, log_level=log_level, access_log=access_log))  # type: ignore[arg-type]
 
 def _api_process(sock: socket.socket, *server_args) -> None:
   die_with_parent()
@@ -30,6 +32,8 @@ class Service:
     # local workers get a token of their own where tokens are in force
     self.worker_token = secrets.token_urlsafe(24) if settings.tokens else None
     if self.worker_token: settings = dataclasses.replace(settings, tokens={**settings.tokens, self.worker_token: "worker"})
+    elif host not in ("0.0.0.0", "::") and (name := f"[{host}]" if ":" in host else host) not in settings.allowed_hosts:
+      settings = dataclasses.replace(settings, allowed_hosts=(*settings.allowed_hosts, name))  # the name it was asked to serve on
     # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets that name it, and without it uvicorn's body, written
     # after the headers, waits for the client's delayed ACK (Nagle): 40 ms a response
     self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

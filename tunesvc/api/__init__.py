@@ -6,6 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from sqlalchemy import exc, text
 from starlette.exceptions import HTTPException
 from tunesvc.api import admin, dashboard, kernels, opts, programs, status, workers
@@ -69,6 +70,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   for r in (kernels.router, opts.router, workers.router, status.router, programs.router, admin.router, dashboard.router): app.include_router(r)
   app.mount("/static", dashboard.static)
   app.add_middleware(opts.FastLookup, state=app.state)
+  # without tokens every caller may do everything: a web page whose name was rebound to this address (DNS rebinding) would
+  # be one, its requests same-origin to the browser; they carry its name as Host, so only the service's own names pass
+  if not settings.tokens: app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts), www_redirect=False)
   app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # added last: outermost, so it counts the fast lookups too
   app.add_exception_handler(RequestValidationError, invalid_request)
   app.add_exception_handler(HTTPException, lambda _, e: error(e.status_code, e.detail, e.headers))

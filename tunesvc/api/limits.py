@@ -1,8 +1,11 @@
-"""What one request may cost: a bound on the kernel nodes a request may make the API validate, and a per-client token
-bucket for the open (tokenless) endpoints, so that no one caller can hold the API for the others."""
+"""What one request may cost: a bound on the kernel nodes a request may make the API validate, a per-client token bucket
+for the open (tokenless) endpoints, and bounds on a request's head and on how long it may take to arrive, so that no one
+caller can hold the API for the others."""
 from __future__ import annotations
-import time
+import asyncio, json, time
+from typing import Optional
 from fastapi import HTTPException
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
 def json_nodes(docs: list, limit: int) -> int:
@@ -42,3 +45,85 @@ class RateLimit:
   def check(self, client: str, cost: float = 1.0) -> None:
     if (wait := self.retry_after(client, cost)) > 0:
       raise HTTPException(429, f"too many requests from {client}: retry in {wait:.2f} s", {"Retry-After": str(max(1, round(wait)))})
+
+
+class _Refused(Exception): pass  # raised in a parser callback: httptools stops parsing the request
+
+
+class BoundedHttp(HttpToolsProtocol):
+  """uvicorn's HTTP/1.1 protocol (httptools) with bounds on a request before the app sees it. httptools keeps however many
+  header bytes a client sends, and nothing times out a head or a body that trickles in (slow loris): each such connection
+  held memory, a socket and a task for as long as the client liked. Here a head (request line and headers) may hold
+  `max_head_bytes` (431 past them) and a request, head and body, must arrive whole within `receive_s` of its first byte (or
+  of the connection, for the first): a head that does not is answered 408, a body that does not ends the connection.
+  Between requests, keep-alive's own timeout closes an idle connection."""
+  def __init__(self, *args, max_head_bytes: int, receive_s: float, **kw):
+    super().__init__(*args, **kw)
+    self.max_head_bytes, self.receive_s = max_head_bytes, receive_s
+    self.head_bytes, self.unparsed, self.in_head = 0, 0, True  # the head's parsed bytes; bytes received while it is unfinished
+    self.timer: Optional[asyncio.TimerHandle] = None
+
+  def _arm(self) -> None:
+    if self.timer is not None: self.timer.cancel()
+    self.timer = self.loop.call_later(self.receive_s, self._too_slow)
+
+  def _disarm(self) -> None:
+    if self.timer is not None: self.timer.cancel()
+    self.timer = None
+
+  def _refuse(self, status: int, reason: str, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                         % (status, reason.encode(), len(body), body))
+    self.transport.close()
+
+  def _too_large(self) -> None:
+    self._refuse(431, "Request Header Fields Too Large", f"a request's line and headers may hold {self.max_head_bytes} bytes")
+
+  def send_400_response(self, msg: str) -> None:
+    if not self.transport.is_closing(): super().send_400_response(msg)  # not after our own answer (_Refused)
+
+  def _too_slow(self) -> None:
+    self.timer = None
+    if self.transport.is_closing(): return
+    if self.cycle is not None and not self.cycle.response_complete and self.in_head: return self._arm()  # a pipelined head waits for us
+    if self.in_head: self._refuse(408, "Request Timeout", f"the request did not arrive within {self.receive_s:g} s")
+    else: self.transport.close()  # the app may be answering already: it sees the client gone
+
+  def connection_made(self, transport) -> None:
+    super().connection_made(transport)
+    self._arm()
+
+  def connection_lost(self, exc) -> None:
+    self._disarm()
+    super().connection_lost(exc)
+
+  def on_message_begin(self) -> None:
+    super().on_message_begin()
+    self.head_bytes, self.unparsed, self.in_head = 0, 0, True
+    self._arm()
+
+  def on_url(self, url: bytes) -> None:
+    self.head_bytes += len(url)
+    super().on_url(url)
+
+  def on_header(self, name: bytes, value: bytes) -> None:
+    self.head_bytes += len(name) + len(value) + 4
+    super().on_header(name, value)
+
+  def on_headers_complete(self) -> None:
+    self.in_head = False
+    if self.head_bytes > self.max_head_bytes:
+      self._too_large()
+      raise _Refused
+    super().on_headers_complete()
+
+  def on_message_complete(self) -> None:
+    self._disarm()
+    super().on_message_complete()
+
+  def data_received(self, data: bytes) -> None:
+    super().data_received(data)
+    # a head still unfinished after this chunk: httptools keeps what it has of it, so count what came
+    self.unparsed = self.unparsed + len(data) if self.in_head else 0
+    if self.unparsed > self.max_head_bytes and not self.transport.is_closing(): self._too_large()
