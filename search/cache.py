@@ -7,7 +7,7 @@ WAL mode and a busy timeout let several processes share the file."""
 from __future__ import annotations
 import json, sqlite3
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 from linearizer.cachedir import cache_dir
 from linearizer.ast import KernelAST
 from search.result import SearchResult
@@ -32,6 +32,12 @@ class ResultCache:
     row = self.db.execute("SELECT result FROM results WHERE kernel_key=? AND fingerprint=? AND action_space_version=?",
                           (kernel_key, fingerprint_hash, action_space_version)).fetchone()
     return SearchResult.from_json(json.loads(row[0])) if row else None
+
+  def lookup(self, fingerprint: str, keys: Sequence[str], *, action_space_version: int) -> list[Optional[dict]]:
+    """linearizer.cachedir.ResultStore: each key's stored winner, in the service's answer form."""
+    found = [self.get(k, fingerprint, action_space_version) for k in keys]
+    return [None if r is None else {"kernel_key": r.kernel_key, "fingerprint": r.fingerprint_hash, "action_space_version": r.action_space_version,
+                                    "opts": r.best_opts, "best_s": r.best_s, "baseline_s": r.baseline_s} for r in found]
 
   def winners_elsewhere(self, kernel_key: str, fingerprint_hash: str, action_space_version: int) -> list[list[dict]]:
     """The winning opts of this kernel on other device fingerprints (same action space): warm starts for a search here."""

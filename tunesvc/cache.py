@@ -5,7 +5,7 @@ inode, size and modification time, and reads a file again only once it was repla
 from __future__ import annotations
 import json, math, os, re, tempfile, time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 from linearizer.cachedir import cache_dir
 from linearizer.kernel import Opt, OptError
 
@@ -41,6 +41,10 @@ class OptsCache:
       if len(self.kept) >= self.max_kept: self.kept = {}
       self.kept[path] = seen = (ident, answer)
     return {**seen[1], "opts": [dict(o) for o in seen[1]["opts"]]}  # the caller's own copy: what is kept stays as read
+
+  def lookup(self, fingerprint: str, keys: Sequence[str], *, action_space_version: int) -> list[Optional[dict]]:
+    """linearizer.cachedir.ResultStore: each key's stored answer, however old."""
+    return [self.get(k, fingerprint, action_space_version) for k in keys]
 
   def put(self, answer: dict) -> None:  # OSError where the disk is full or the path is taken: the caller's to shrug off
     """Store a GET /v1/opts answer under its own key, fingerprint and version."""

@@ -1,16 +1,18 @@
 """The `tunesvc` command line."""
 from __future__ import annotations
 import argparse, contextlib, dataclasses, gzip, hashlib, importlib.metadata, json, os, statistics, sys, time
-from typing import Callable, Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Optional
 import numpy as np
 from devices import registry
 from linearizer.ast import KernelAST, KernelValidationError, LazyOp, loads
+from linearizer.cachedir import ResultStore
 from linearizer.compare import compare
 from linearizer.kernel import Opt, OptError
 from linearizer.symbolic import render
 from linearizer import reference
 from tunesvc.runtime import compile_kernel
 from tunesvc.states import ENDED, PENDING, JobState
+if TYPE_CHECKING: from tunesvc.client import Client  # imported where used: httpx costs a command that needs no server
 
 
 def read_documents(path: str) -> Iterator[tuple[str, str]]:
@@ -404,7 +406,7 @@ def cmd_admin_invalidate(args) -> int:
 def _is_hash(s: str) -> bool: return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
 
 @contextlib.contextmanager
-def _service(args):
+def _service(args) -> Iterator[Client]:
   """A client of args.server; an unreachable server or an error answer ends the command with one clear line."""
   import httpx
   from tunesvc.client import Client, ServiceError
@@ -478,15 +480,11 @@ def cmd_opts(args) -> int:
     try: dev = registry.get(args.device)
     except ValueError as e: _fail(f"ERROR --device: {e}")
     fp = dev.fingerprint_hash(dev.fingerprint())
-  if args.server is None:  # the local cache that `tunesvc tune` fills
-    from search.cache import ResultCache
-    cache = ResultCache()
-    answers = [None if (r := cache.get(key, fp, ACTION_SPACE_VERSION)) is None else
-               {"opts": r.best_opts, "best_s": r.best_s, "baseline_s": r.baseline_s} for _, key in named]
-    source = f"the local cache ({cache.path})"
-  else:
-    with _service(args) as c: answers = c.lookup(fp, [key for _, key in named], action_space_version=ACTION_SPACE_VERSION)
-    source = args.server
+  from search.cache import ResultCache, default_path
+  store: ResultStore  # the local cache that `tunesvc tune` fills, or a server
+  with contextlib.closing(ResultCache()) if args.server is None else _service(args) as store:
+    answers = store.lookup(fp, [key for _, key in named], action_space_version=ACTION_SPACE_VERSION)
+  source = args.server or f"the local cache ({default_path()})"
   for (name, key), a in zip(named, answers):
     if args.json: print(json.dumps({"kernel_name": name, "kernel_key": key, "fingerprint": fp, "action_space_version": ACTION_SPACE_VERSION,
                                     "opts": a and a["opts"], "best_s": a and a["best_s"], "baseline_s": a and a["baseline_s"]}))
