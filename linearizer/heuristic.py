@@ -28,6 +28,11 @@ TRANSCENDENTAL_COST = 16
 MV_GROUP, MV_ROWS, MV_UPCAST = 8, 4, 4
 GROUPTOP_SIZES, SMALL_OUTPUT = (256, 16), 2048
 LOCAL_SIZE = 128  # work-items the locals aim for: enough warps to hide latency, few enough to fit any device
+# CPUs: a tile's reduce in blocks of BLOCK_K elements, the output's vector axis in blocks of BLOCK_N elements: a matmul's
+# B block (256 x 256 floats, 256 KB) stays in L2 across the rows of A, A's rows of a tile (8 x 256) in L1 across the
+# columns. Measured on matmul 2048 (1 thread, busy machine): 0.22x of OpenBLAS unblocked, 0.57x with the reduce
+# blocked, 0.68x with both
+BLOCK_K = BLOCK_N = 256
 
 def _group_reduce(k: Kernel) -> bool:
   """Split the reduce over the work-items of a work-group where one work-item per output would starve the device."""
@@ -69,6 +74,25 @@ def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:
   return k.is_reduce_axis(axis) and isinstance(size, int) and size > width and size % width == 0 and \
     any(st.views[-1].strides[axis] == 1 and (st.views[-1].mask is None or st.views[-1].mask[axis] == (0, size))
         for a, st in zip(k.leaves[1:], k.sts[1:]) if not isinstance(a, ConstArg))
+
+def _block(k: Kernel, axis: int, per_step: int, target: int) -> None:
+  """BLOCK `axis` (each step of which covers `per_step` elements) into blocks of about `target` elements, where that
+  leaves at least two."""
+  size = k.full_shape[axis]
+  if not isinstance(size, int) or size * per_step < 2 * target: return
+  amt = max((d for d in range(2, min(target // per_step, size // 2) + 1) if size % d == 0), default=None)
+  if amt is not None: _try(k, Opt(OptOp.BLOCK, axis, amt))
+
+def _cache_blocks(k: Kernel, vec: int, width: int) -> None:
+  """CPUs, a tile over a broadcast output vector axis (`vec`, whose steps are `width` wide: its operands are reused
+  across tiles): the innermost reduce loop in blocks of BLOCK_K elements, then `vec` in blocks of BLOCK_N: the reduce's
+  loop outermost, then the vector axis's, then the global loops."""
+  last = k.shape_len - k.upcasted - 1
+  reduce_steps = math.prod(s for i, s in enumerate(k.upcast_shape, last + 1) if k.is_reduce_axis(i))  # elements a loop step covers
+  if not k.is_reduce_axis(last): return
+  before = k.block_dims
+  _block(k, last, reduce_steps, BLOCK_K)
+  if k.block_dims > before: _block(k, vec + 1, width, BLOCK_N)  # the block went before it
 
 def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   """Apply the hand-coded opts to `k` and return them."""
@@ -115,6 +139,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     axis = k.first_reduce - 1
     for amt in sorted(widths, reverse=True):
       if _try(k, Opt(OptOp.UPCAST, axis, amt)): break
+  if not gpu and k.reduceop is not None and vec in upcasted: _cache_blocks(k, vec, widest)  # (vec: an int there)
   # 4. GPUs: work-groups; CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them
   if gpu and not k.dont_use_locals: _locals(k)
   if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= 1 << 22:

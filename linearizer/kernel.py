@@ -3,7 +3,13 @@
 Every leaf (each distinct LOAD and CONST view) and the STORE keep a shape tracker over the same
 axes. The axes are ordered, left to right:
 
-  thread | global | local | grouped reduce (local) | reduce | upcast (unrolled reduce and upcast)
+  thread | block | global | local | grouped reduce (local) | reduce | upcast (unrolled reduce and upcast)
+
+BLOCK (CPUs) splits a global or reduce axis and moves its outer part to the block region, after the blocks before it:
+loops in the order they were blocked, outside every global loop, so a tile of the operands stays in a cache while the
+loops inside sweep it (cache blocking). A blocked reduce accumulates through the output: each output position's
+accumulator starts from what the previous block stored there (0 in the first block) and continues in the same order,
+so the result is bit for bit the unblocked schedule's.
 
 TC (tensor cores) lays out one warp's tile by C's fragment map: its lane-id bits are the innermost local axes (lane
 bit 0 innermost, so the launch's linear work-item id is the lane), then after the reduce axes one upcast axis for the
@@ -30,7 +36,7 @@ from linearizer.tensor_cores import TensorCore
 class OptOp(StrEnum):
   """The optimisation ops; str-valued, so an opt's JSON form is the op's name."""
   LOCAL = "LOCAL"; GROUP = "GROUP"; GROUPTOP = "GROUPTOP"; UPCAST = "UPCAST"; UPCASTMID = "UPCASTMID"
-  UNROLL = "UNROLL"; NOLOCALS = "NOLOCALS"; PADTO = "PADTO"; TC = "TC"; THREAD = "THREAD"
+  UNROLL = "UNROLL"; NOLOCALS = "NOLOCALS"; PADTO = "PADTO"; TC = "TC"; THREAD = "THREAD"; BLOCK = "BLOCK"
 
 MAX_UPCAST = 256       # elements one thread computes: beyond this the code explodes and registers spill
 MAX_AMT = 256
@@ -59,7 +65,8 @@ class Opt:
 def allowed_ops(o: LinearizerOptions) -> tuple[OptOp, ...]:
   """The opt ops a device may accept (each one still has its own preconditions)."""
   return tuple(op for op, ok in ((OptOp.UPCAST, True), (OptOp.UNROLL, True), (OptOp.PADTO, True), (OptOp.THREAD, o.has_threads),
-                                 (OptOp.LOCAL, o.has_local), (OptOp.NOLOCALS, o.has_local), (OptOp.GROUP, o.has_local and o.has_shared),
+                                 (OptOp.BLOCK, not o.has_local), (OptOp.LOCAL, o.has_local), (OptOp.NOLOCALS, o.has_local),
+                                 (OptOp.GROUP, o.has_local and o.has_shared),
                                  (OptOp.GROUPTOP, o.has_local and o.has_shared), (OptOp.UPCASTMID, o.has_local and o.has_shared),
                                  (OptOp.TC, bool(o.tensor_cores))) if ok)
 
@@ -78,7 +85,7 @@ class Kernel:
     self.leaves: list = [ast.ast.arg] + list(dict.fromkeys(n.arg for n in ast.nodes if n.op in ("LOAD", "CONST")))
     self.sts: list[ShapeTracker] = [a.st for a in self.leaves]
     self.applied_opts: list[Opt] = []
-    self.thread_dims = self.local_dims = self.group_for_reduces = self.upcasted = 0
+    self.thread_dims = self.block_dims = self.local_dims = self.group_for_reduces = self.upcasted = 0
     self.upcast_in_mid_reduce: list[int] = []
     self.dont_use_locals = False
     self.tensor_core: Optional[tuple[TensorCore, LazyOp, LazyOp]] = None  # the tensor core, A's LOAD, B's LOAD
@@ -94,11 +101,16 @@ class Kernel:
   def output_shape(self) -> tuple[sint, ...]: return self.sts[0].shape
   @property
   def first_reduce(self) -> int:
-    """The first reduce axis (the output has 1 where the full shape does not), before the upcasts."""
+    """The first reduce axis (the output has 1 where the full shape does not) after the blocks, before the upcasts."""
     out, full = self.output_shape, self.full_shape
-    return next((i for i in range(self.shape_len - self.upcasted) if out[i] != full[i]), self.shape_len - self.upcasted)
+    return next((i for i in range(self.thread_dims + self.block_dims, self.shape_len - self.upcasted) if out[i] != full[i]),
+                self.shape_len - self.upcasted)
   @property
-  def global_dims(self) -> int: return self.first_reduce - self.local_dims - self.thread_dims
+  def global_dims(self) -> int: return self.first_reduce - self.local_dims - self.block_dims - self.thread_dims
+  @property
+  def blocked_reduce(self) -> bool:
+    """Is a reduce axis blocked (an outer reduce loop outside the global ones, accumulating through the output)?"""
+    return any(self.is_reduce_axis(i) for i in range(self.thread_dims, self.thread_dims + self.block_dims))
   @property
   def upcast_shape(self) -> tuple[int, ...]: return tuple(smax(s) for s in self.full_shape[self.shape_len - self.upcasted:])  # ints: see _apply
   def is_reduce_axis(self, i: int) -> bool: return self.output_shape[i] != self.full_shape[i]
@@ -182,10 +194,11 @@ class Kernel:
     amt = size if opt.amt == 0 else opt.amt
     if not isinstance(amt, int) or not 1 < amt <= MAX_AMT: raise OptError(f"{opt.op} amount must be in [2, {MAX_AMT}], got {opt.amt}")
     reduce_range = (self.first_reduce + self.group_for_reduces, self.shape_len - self.upcasted)
+    outer = self.thread_dims + self.block_dims  # the first axis past the threads and blocks
     if opt.op is not OptOp.PADTO: check(size % amt == 0, f"{opt.op} {amt} does not divide axis {axis} of size {size}")
 
     if opt.op is OptOp.UPCAST:
-      check(self.thread_dims <= axis < self.first_reduce - self._tc_lanes, "UPCAST is for a global or local axis (not a tensor core's lane)")
+      check(outer <= axis < self.first_reduce - self._tc_lanes, "UPCAST is for a global or local axis (not a tensor core's lane)")
       check(self._upcast_elements() * amt <= MAX_UPCAST, f"upcasts would exceed {MAX_UPCAST} elements")
       self.shift_to(axis, amt)
       self.upcasted += 1
@@ -199,9 +212,17 @@ class Kernel:
     elif opt.op is OptOp.THREAD:
       check(o.has_threads, "this device has no threads")
       check(self.thread_dims == 0, "only one THREAD split")
-      check(axis < self.first_reduce - self.local_dims, "THREAD splits a global axis")
+      check(outer <= axis < self.first_reduce - self.local_dims, "THREAD splits a global axis")
       self.shift_to(axis, amt, top=True, insert_before=0)  # each thread takes one contiguous part
       self.thread_dims = 1
+    elif opt.op is OptOp.BLOCK:
+      check(not o.has_local, "BLOCK is for CPUs: on a device with local dims its outer loop would run inside every work-item")
+      on_global = outer <= axis < self.first_reduce
+      check(on_global or reduce_range[0] <= axis < reduce_range[1], "BLOCK is for a global or reduce axis (not a thread, block or upcast one)")
+      check(amt < size, f"BLOCK {amt} of axis {axis} of size {size} leaves no outer loop")
+      if not on_global: self._check_reduce_blocks()
+      self.shift_to(axis, size // amt, top=True, insert_before=outer)
+      self.block_dims += 1
     elif opt.op is OptOp.LOCAL:
       check(o.has_local and not self.dont_use_locals, "this kernel uses no local dims")
       check(self.thread_dims <= axis < self.first_reduce - self.local_dims, "LOCAL is for a global axis")
@@ -223,6 +244,7 @@ class Kernel:
       self.upcast_in_mid_reduce.append(self.first_reduce + self.group_for_reduces - 1)
     elif opt.op is OptOp.PADTO:
       check(axis < self.shape_len - self.upcasted, "PADTO is not for an upcast axis")
+      check(not self.thread_dims <= axis < outer, "PADTO is not for a block axis")
       # the size-1 axis a whole-axis UNROLL leaves among the reduce axes would become an output axis inside the reduce loop
       check(axis < self.first_reduce or self.is_reduce_axis(axis), "PADTO among the reduce axes is for a reduce axis")
       check(size != 1, "PADTO of a size-1 axis, which may be the rest of a reduce: the output's 1 there would be padded too")
@@ -323,6 +345,16 @@ class Kernel:
       self._reshape_all(lambda shape: list(shape[:k + len(lanes)]) + list(shape[k + len(lanes) + 1:]))
     self.local_dims, self.upcasted, self.tensor_core = len(lanes), 1 + len(elems), (tc, a, b)
     self.applied_opts.append(opt)
+
+  def _check_reduce_blocks(self) -> None:
+    """A reduce blocked into an outer loop continues each position's accumulator from the output: legal where the output
+    holds the accumulator exactly (the STORE stores the reduce itself, in its accumulation dtype) and a first block that
+    reads 0 there starts the sum as the unblocked reduce does (a SUM)."""
+    red = self.reduceop
+    check(red is not None and red.arg.fn == "SUM", "BLOCK of a reduce axis needs a SUM (its first block starts from 0)")
+    assert red is not None
+    check(self.ast.ast.src[0] == red, "BLOCK of a reduce axis needs a STORE of the reduce itself: its partial sums go through the output")
+    check(red.dtype.acc == red.dtype, f"BLOCK of a reduce axis: a {red.dtype.name} output cannot hold its {red.dtype.acc.name} accumulator")
 
   def _check_local_size(self, amt: int) -> None:
     lo = self.first_reduce - self.local_dims

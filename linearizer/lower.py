@@ -4,7 +4,8 @@ Loop axes (thread, global, reduce) become LOOPs over symbolic loop variables; up
 unrolled into lanes, one value per combination of their indices. On a device with local dims
 (GPU-style) global axes become work-group indices and local and grouped-reduce axes work-item
 indices instead; a grouped reduce leaves one partial accumulator per work-item, which go through
-local memory to the work-item of the group whose grouped indices are all 0, which reduces them. Every UOp is created once (common
+local memory to the work-item of the group whose grouped indices are all 0, which reduces them. A blocked reduce (Kernel.BLOCK)
+starts each accumulator from the output, where the previous block left it. Every UOp is created once (common
 subexpressions merge), constants fold by the reference semantics, and index and validity stay
 symbolic expressions, simplified, until the renderer writes them.
 """
@@ -20,7 +21,7 @@ from linearizer.kernel import Kernel
 from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
 from linearizer.shapetracker import ShapeTracker, affine
-from linearizer.symbolic import Var, concrete, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
+from linearizer.symbolic import Var, concrete, ge, land, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
@@ -130,7 +131,8 @@ class _Lowering:
     out_up = [i for i in range(self.up, self.n) if not k.is_reduce_axis(i)]
     self.vaxis = None if k.tensor_core else _vector_axis(k, out_up, self.loop_vars)
     # else an unrolled reduce axis as the vector on a CPU: vector accumulators, their lanes summed once after the loop
-    self.reduce_vector = self.vaxis is None and not k.tensor_core and not k.options.has_local and \
+    # (not where a blocked reduce stores its accumulators: the output holds one value per output lane)
+    self.reduce_vector = self.vaxis is None and not k.tensor_core and not k.options.has_local and not k.blocked_reduce and \
       (vaxis := _reduce_vector_axis(k, [i for i in range(self.up, self.n) if k.is_reduce_axis(i)], self.loop_vars)) is not None
     if self.reduce_vector: self.vaxis = vaxis
     self.W = concrete(full[self.vaxis]) if self.vaxis is not None else 1
@@ -242,6 +244,7 @@ class _Lowering:
   def reduce(self, red: LazyOp) -> dict[Lane, int]:
     """Each output lane's accumulator after the reduce loops, every upcast lane's value folded in each iteration."""
     accs = self.define_accs(red, [tuple(l.values()) for l in self.lanes(self.out_up)])
+    if self.k.blocked_reduce: accs = self.resumed(red, accs)
     chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
     fold, memo = _Folder(self, red, accs, chain), Memo()
     with self.scope(self.loops(range(self.fr + self.gfr, self.up))):  # the reduce loop's values are out of scope after it
@@ -250,6 +253,19 @@ class _Lowering:
         if red.dtype.acc != red.dtype: v = self.emit(UOp(UOps.CAST, red.dtype.acc, (v,), False, self.W))
         fold.add(tuple(l[i] for i in self.out_up), v)
       return fold.done()
+
+  def resumed(self, red: LazyOp, accs: dict[Lane, int]) -> dict[Lane, int]:
+    """A blocked reduce's accumulators continued from what the previous block stored (Kernel._check_reduce_blocks): the
+    output read where the STORE writes it, as 0 in the first block (every blocked reduce index 0), added to the 0 they
+    start from (exact)."""
+    out, k = self.k.ast.ast, self.k
+    later = ge(sum(self.loop_vars[i] for i in range(k.thread_dims, k.thread_dims + k.block_dims) if k.is_reduce_axis(i)), 1)
+    new = {}
+    for l, (ol, a) in zip(self.lanes(self.out_up), accs.items()):
+      idx, valid = self.index(self.st_of[out.arg], l)
+      ld = self.emit(UOp(UOps.LOAD, red.dtype, (), (0, _lane0(idx), land(valid, later)), self.W))
+      new[ol] = self.emit(UOp(UOps.ACC, red.dtype, (a, ld), "ADD", self.W), dedup=False)
+    return new
 
   def across_lanes(self, red: LazyOp, accs: dict[Lane, int]) -> dict[Lane, int]:
     """A reduce-axis vector's accumulators folded across their lanes, as a balanced tree: scalars from here on (the

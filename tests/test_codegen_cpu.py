@@ -124,6 +124,32 @@ def test_schedules_keep_matmul_and_conv_results(opts):
   check(reduce("SUM", (36, 24), (1,)), opts=[o for o in opts if o.axis == 0 and o.op != "UNROLL"])
 
 
+BLOCKED = [  # odd sizes: matmul 45x35x99 (and K padded to 112), conv2d over 3 reduce axes; with threads, vectors, tails
+  (matmul(45, 35, 99), [Opt("UPCAST", 0, 5), Opt("UNROLL", 0, 3), Opt("BLOCK", 2, 11)]),
+  (matmul(45, 35, 99), [Opt("UPCAST", 1, 7), Opt("THREAD", 0, 3), Opt("BLOCK", 3, 9), Opt("BLOCK", 2, 5)]),
+  (matmul(45, 48, 99), [Opt("PADTO", 2, 16), Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 3), Opt("UNROLL", 0, 2), Opt("BLOCK", 2, 8),
+                        Opt("BLOCK", 1, 5)]),
+  (conv2d(1, 6, 9, 9, 8, 3, 3, padding=1), [Opt("UPCAST", 0, 8), Opt("BLOCK", 3, 3), Opt("BLOCK", 3, 3)]),
+]
+
+@pytest.mark.parametrize("k,opts", BLOCKED, ids=[str(i) for i in range(len(BLOCKED))])
+def test_blocked_schedules_match_the_reference_and_the_unblocked_bits(k, opts):
+  """A blocked reduce continues each accumulator from the output: the same sums in the same order as without BLOCK
+  (the BLOCKs come last here, so the schedule without them is the same one)."""
+  assert Kernel(k, cpu.options()).apply_opts(opts).block_dims == sum(o.op == "BLOCK" for o in opts)
+  got = check(k, opts=opts, seed=3)
+  assert np.array_equal(got, check(k, opts=[o for o in opts if o.op != "BLOCK"], seed=3))
+
+
+def test_hand_coded_schedule_blocks_a_large_matmul_only():
+  k = matmul(512, 512, 512)
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  assert [(o.axis, o.amt) for o in opts if o.op == "BLOCK"] == [(2, 128), (2, 16)]  # K in 256s (unrolled by 2), N in 256s
+  check(k, opts=opts)
+  for small in (matmul(64, 64, 64), reduce("SUM", (64, 4096), (1,)), matmul(100, 3000, 999)):  # no reuse, or no vector axis
+    assert not any(o.op == "BLOCK" for o in hand_coded_optimizations(Kernel(small, cpu.options())))
+
+
 def test_symbolic_kernel_takes_its_variable_as_an_argument():
   k = symbolic_sum(rows=4, var=("n", 1, 64))
   src, _, _ = compile_kernel(k, "CPU", [Opt("UPCAST", 0, 2)])
