@@ -2,6 +2,7 @@
 local cache (hits without network, misses, offline, cross-process safety, the cost of a hit)."""
 import builtins, json, os, socket, subprocess, sys, threading, time
 from pathlib import Path
+import httpx
 import pytest
 from linearizer import reference
 from linearizer.compare import compare
@@ -242,3 +243,54 @@ def test_tunesvc_jobs_cancel_ends_a_queued_job(server):
   assert Client(server, "sub").job(job["job_id"])["state"] == "failed"
   r = subprocess.run(cli, capture_output=True, text=True)
   assert r.returncode == 2 and "409" in r.stderr
+
+
+class HostileServer:
+  """A loopback HTTP server under an attacker's control: `answer(conn)` writes whatever it likes on each connection."""
+  def __init__(self, answer):
+    self.sock = socket.create_server(("127.0.0.1", 0))
+    self.url, self.answer, self.stop = f"http://127.0.0.1:{self.sock.getsockname()[1]}", answer, threading.Event()
+    threading.Thread(target=self.serve, daemon=True).start()
+
+  def serve(self):
+    while not self.stop.is_set():
+      try: conn, _ = self.sock.accept()
+      except OSError: return
+      threading.Thread(target=self.one, args=(conn,), daemon=True).start()
+
+  def one(self, conn):
+    with conn:
+      conn.recv(65536)
+      try: self.answer(conn, self.stop)
+      except OSError: pass
+
+  def close(self):
+    self.stop.set()
+    self.sock.close()
+
+def trickle(conn, stop):  # a well-formed answer, a byte every 0.1 s: each read waits less than any read timeout
+  body = json.dumps({"results": [None]}).encode()
+  for b in b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body):
+    if stop.wait(0.1): return
+    conn.sendall(bytes([b]))
+
+def flood(conn, stop):  # an answer of 1 GB
+  conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n{\"results\": [" % (1 << 30))
+  while not stop.is_set(): conn.sendall(b" " * (1 << 20))
+
+@pytest.mark.parametrize("answer", [trickle, flood])
+def test_a_hostile_server_cannot_hold_or_swamp_the_runtime(tmp_path, answer):
+  """opts_for's lookup has a deadline, not only a timeout per read (httpx's: a byte every 0.1 s kept the caller ~9 s with
+  a 0.5 s timeout), and a bound on the answer's size (a 1 GB answer was read whole into memory first)."""
+  k, (_, h) = example("sum_all"), cpu_fingerprint()
+  hostile = HostileServer(answer)
+  try:
+    with Client(hostile.url, lookup_timeout=0.5, cache_dir=tmp_path) as c:
+      t = time.monotonic()
+      assert c.opts_for(k, h, 1) is None
+      assert time.monotonic() - t < 2.0
+      t = time.monotonic()
+      with pytest.raises(httpx.ReadTimeout if answer is trickle else ServiceError):  # past the deadline; past the size, within it
+        c.lookup(h, [k.key], timeout=1.0 if answer is trickle else 30.0, max_bytes=1 << 20)
+      assert time.monotonic() - t < 2.0
+  finally: hostile.close()

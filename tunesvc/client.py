@@ -1,22 +1,52 @@
 """The service's client: submit kernels and read jobs (users), register, claim, heartbeat and report (workers), and
 `opts_for`, the runtime's question: the local cache, then the server, then None (run the hand-coded opts)."""
 from __future__ import annotations
-import logging, time
+import logging, threading, time
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
-import httpx
+import httpcore, httpx
 from linearizer.ast import KernelAST
 from tunesvc.cache import OptsCache, well_formed
 
 log = logging.getLogger("tunesvc.client")
 RETRY_S = 30.0  # after a miss or an unreachable server, opts_for answers None for this long without asking again
 REFRESH_S = 24 * 3600.0  # a cached answer older than this is asked again: a later search may have found faster opts
+MAX_ANSWER_BYTES = 256 << 20  # the most any answer may hold (a page of 500 jobs, a kernel's every measurement)
+MAX_LOOKUP_BYTES = 1 << 20    # the most opts_for's answer, one kernel's opts, may hold
 
 
 def _doc(k: KernelAST | dict) -> dict: return k.to_json() if isinstance(k, KernelAST) else k
 
 class Reportable(Protocol):  # a search.result.SearchResult: the client takes its JSON form, not the search package
   def to_json(self) -> dict: ...
+
+_deadline = threading.local()  # .at: when this thread's call must have its answer (time.monotonic), or None
+
+class _DeadlineStream(httpcore.NetworkStream):
+  """A connection whose every read and write ends by the calling thread's deadline, besides httpx's timeout for each."""
+  def __init__(self, stream: httpcore.NetworkStream): self.stream = stream
+  def _left(self, timeout: Optional[float]) -> Optional[float]:
+    if (at := getattr(_deadline, "at", None)) is None: return timeout
+    if (left := at - time.monotonic()) <= 0: raise httpcore.ReadTimeout("the call's deadline passed")
+    return left if timeout is None else min(timeout, left)
+  def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes: return self.stream.read(max_bytes, self._left(timeout))
+  def write(self, buffer: bytes, timeout: Optional[float] = None) -> None: self.stream.write(buffer, self._left(timeout))
+  def close(self) -> None: self.stream.close()
+  def start_tls(self, *args, **kw) -> httpcore.NetworkStream: return _DeadlineStream(self.stream.start_tls(*args, **kw))
+  def get_extra_info(self, info: str) -> Any: return self.stream.get_extra_info(info)
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+  def __init__(self, backend: httpcore.NetworkBackend): self.backend = backend
+  def connect_tcp(self, *args, **kw) -> httpcore.NetworkStream: return _DeadlineStream(self.backend.connect_tcp(*args, **kw))
+  def connect_unix_socket(self, *args, **kw) -> httpcore.NetworkStream: return _DeadlineStream(self.backend.connect_unix_socket(*args, **kw))
+  def sleep(self, seconds: float) -> None: self.backend.sleep(seconds)
+
+def _transport() -> httpx.HTTPTransport:
+  t = httpx.HTTPTransport()
+  # httpx does not take a network backend; its pool (httpcore's) does: the one private name this needs
+  t._pool._network_backend = _DeadlineBackend(t._pool._network_backend)
+  return t
+
 
 class ServiceError(RuntimeError):
   def __init__(self, status: int, detail: Any):
@@ -27,7 +57,8 @@ class ServiceError(RuntimeError):
 class Client:
   def __init__(self, url: str = "http://127.0.0.1:8000", token: Optional[str] = None, timeout: float = 30.0,
                lookup_timeout: float = 0.5, cache_dir: str | Path | None = None, refresh_s: float = REFRESH_S):
-    self.http = httpx.Client(base_url=url, timeout=timeout, headers={"Authorization": f"Bearer {token}"} if token else {})
+    self.http = httpx.Client(base_url=url, timeout=timeout, headers={"Authorization": f"Bearer {token}"} if token else {}, transport=_transport())
+    self.timeout = timeout
     self.lookup_timeout, self.cache, self.refresh_s = lookup_timeout, OptsCache(cache_dir), refresh_s
     self._ask_after: dict[tuple[str, str, int], float] = {}  # misses not to ask about again yet
     self._down_until = 0.0
@@ -37,8 +68,18 @@ class Client:
   def __enter__(self) -> Client: return self
   def __exit__(self, *_) -> None: self.close()
 
-  def _call(self, method: str, path: str, **kw) -> httpx.Response:
-    r = self.http.request(method, path, **kw)
+  def _call(self, method: str, path: str, timeout: Optional[float] = None, max_bytes: int = MAX_ANSWER_BYTES, **kw) -> httpx.Response:
+    """The answer, read whole within `timeout` (default: the client's) and `max_bytes`: httpx's timeouts bound each read,
+    not the call, and a server (a compromised one, or anything at that address) could trickle or flood its answer."""
+    limit = self.timeout if timeout is None else timeout
+    body, _deadline.at = bytearray(), time.monotonic() + limit
+    try:
+      with self.http.stream(method, path, timeout=limit, **kw) as r:
+        for chunk in r.iter_bytes():
+          body += chunk
+          if len(body) > max_bytes: raise ServiceError(r.status_code, f"the answer holds more than {max_bytes} bytes")
+    finally: _deadline.at = None
+    r = httpx.Response(r.status_code, content=bytes(body), request=r.request)
     if r.status_code >= 400:
       try: detail = r.json()["detail"]
       except (ValueError, KeyError, TypeError): detail = r.text
@@ -52,7 +93,7 @@ class Client:
     each one's `runs`)."""
     body = {"kernels": [_doc(k) for k in kernels], "device": device, "search": search or {}, "priority": priority,
             **({"model": model, "runs": None if runs is None else list(runs)} if model else {})}
-    out = self._call("POST", "/v1/kernels", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()
+    out = self._call("POST", "/v1/kernels", json=body, timeout=timeout).json()
     for w in out.get("warnings", []): log.warning("tunesvc: %s", w)
     return out["jobs"]
 
@@ -73,11 +114,12 @@ class Client:
     return self._call("GET", "/v1/jobs", params={"limit": limit, "offset": offset, **({"state": state} if state else {})}).json()
 
   def lookup(self, fingerprint: str, keys: Sequence[str] = (), kernels: Sequence[KernelAST | dict] = (),
-             action_space_version: Optional[int] = None, timeout: Optional[float] = None) -> list[Optional[dict]]:
+             action_space_version: Optional[int] = None, timeout: Optional[float] = None,
+             max_bytes: int = MAX_ANSWER_BYTES) -> list[Optional[dict]]:
     """The tuned opts of each key, then of each document, or None where nothing is tuned."""
     body = {"fingerprint": fingerprint, "action_space_version": action_space_version, "keys": list(keys),
             "kernels": [_doc(k) for k in kernels]}
-    return self._call("POST", "/v1/opts/lookup", json=body, timeout=timeout or httpx.USE_CLIENT_DEFAULT).json()["results"]
+    return self._call("POST", "/v1/opts/lookup", json=body, timeout=timeout, max_bytes=max_bytes).json()["results"]
 
   # workers
   def register(self, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict) -> int:
@@ -134,7 +176,7 @@ class Client:
     now = time.monotonic()
     if now < self._down_until or now < self._ask_after.get(q, 0.0): return stale
     try:
-      answer = self.lookup(fingerprint, [key], action_space_version=action_space_version, timeout=self.lookup_timeout)[0]
+      answer = self.lookup(fingerprint, [key], action_space_version=action_space_version, timeout=self.lookup_timeout, max_bytes=MAX_LOOKUP_BYTES)[0]
       if answer is not None and not well_formed(answer, *q): raise ValueError(f"answered {str(answer)[:200]}")
     except Exception as e:  # whatever the network or the server does, the kernel runs: with the hand-coded opts
       log.warning("tunesvc at %s: %s; running %s opts for %.0fs", self.http.base_url, e, "hand-coded" if stale is None else "cached", RETRY_S)
