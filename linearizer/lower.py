@@ -36,9 +36,10 @@ from linearizer.symbolic import Var, concrete, ge, land, lt, simplify_valid, sim
 # What lanes may carry as vectors: float32/float64 arithmetic, which C vector extensions do lane by lane as the scalar
 # ops do; float16 only loaded, stored, reduced and converted (its arithmetic rounds per op through float32); bool
 # only as masks from comparisons and casts, feeding a WHERE or a cast back to a float. EXP2/LOG2/SIN: the renderer's
-# vector function where it has one (C: linearizer.vecmath's, float32), else lane by lane.
+# vector function where it has one (C: linearizer.vecmath's, float32), else lane by lane; SQRT and RECIP (exact, as
+# scalars) the ISA's vector sqrt and division where the language has them, else lane by lane.
 VEC_ARITH, VEC_MEMORY = ("float32", "float64"), ("float16", "float32", "float64")
-VEC_ALU = ("ADD", "SUB", "MUL", "DIV", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE", "EXP2", "LOG2", "SIN")
+VEC_ALU = ("ADD", "SUB", "MUL", "DIV", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE", "EXP2", "LOG2", "SIN", "SQRT", "RECIP")
 VEC_CASTS = {("float16", "float32"), ("float32", "float16"), ("float32", "float64"), ("float64", "float32"),
              ("float32", "bool"), ("float64", "bool"), ("bool", "float32"), ("bool", "float64")}
 FMA_DTYPES = ("float32", "float64")  # float16/bfloat16 round every op, as the reference does: never fused

@@ -64,6 +64,7 @@ class Lang:
   select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
   convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
   vfma: str = "mulacc_{vt}({0},{1},{2})"
+  vsqrt: str = ""                                    # the correctly rounded square root of vector x ("": lane by lane)
   gep: str = "{x}[{i}]"                              # lane i of vector x ({xyzw}: its letter, lanes 0-3)
   wmma: Optional[Callable[[TensorCore], tuple[str, str, str]]] = None  # TensorCore -> (function, kernel declaration, call): tensor_cores.py
 
@@ -87,7 +88,7 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
 """,
   types={"float16": "_Float16", "bfloat16": "float", "bool": "bool"}, storage={"bfloat16": "unsigned short"},
   load={"bfloat16": "bf2f({})"}, store={"bfloat16": "f2bf({})"}, narrow={"float16": "((_Float16)({}))", "bfloat16": "bfround({})"},
-  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source)
+  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source, vsqrt="sqrt_{vt}({x})")
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
 # like bfloat16; vload_half/vstore_half_rte (core) convert exactly. No -fwrapv: signed + - * wrap through unsigned.
@@ -117,7 +118,7 @@ float hround(float f) { return h2f(f2h(f)); }
   bounds="__attribute__((reqd_work_group_size({dims}))) ", barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
   fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={2: "short", 4: "int", 8: "long"},
   vbroadcast="({vt})({x})", vbuild="({vt})({xs})", vzero="({vt})(0)", vload="vload{n}(0, {p})", vstore="vstore{n}({x}, 0, {p});",
-  select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})", gep="{x}.s{i}",
+  select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})", vsqrt="sqrt({x})", gep="{x}.s{i}",
   wmma=opencl_wmma)  # no OpenCL device has tensor cores: an emulation with their semantics, for tests
 
 
@@ -212,18 +213,25 @@ def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
             f"  return r;\n#else\n{body}#endif\n")
   return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
 
+def sqrt_fn(vt: str, dt: DType, lanes: int) -> str:
+  """sqrt on vectors: C has none, but gcc and clang make one vsqrtps/vsqrtpd of a lane loop (under -fno-math-errno)."""
+  fn = "__builtin_sqrtf" if dt.name == "float32" else "__builtin_sqrt"
+  return f"static inline {vt} sqrt_{vt}({vt} x) {{\n  {vt} r;\n  for (int i = 0; i < {lanes}; i++) r[i] = {fn}(x[i]);\n  return r;\n}}\n"
+
 def vector_decls(prog: Program, lang: Lang) -> str:
   """C: typedefs of the vector types the program uses, each with its unaligned twin (for memory) and its lane mask,
-  and the fused multiply-add of each vector type that has MULACCs. OpenCL has them built in."""
+  and the fused multiply-add and square root of each vector type that has MULACCs or SQRTs. OpenCL has them built in."""
   if not lang.declare_vectors: return ""
   vecs = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
   fmas = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in (UOps.ALU, UOps.ACC) and u.arg == "MULACC"]
+  sqrts = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op is UOps.ALU and u.arg == "SQRT"]
   out = [f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n"
          f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
          f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} "
          f"__attribute__((vector_size({dt.itemsize * vec})));\n" for dt, vec in dict.fromkeys(vecs)]
   if fmas: out.append("#if defined(__clang__) && (defined(__FMA__) || defined(__AVX512F__))\n#include <immintrin.h>\n#endif\n")
-  return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)])
+  return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)] +
+                 [sqrt_fn(vtype(dt, vec, lang), dt, vec) for dt, vec in dict.fromkeys(sqrts)])
 
 
 LAUNCH = "// launch "
@@ -263,8 +271,10 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
   def expr(i: int, op: str, a: list[str]) -> str:
     u = prog.uops[i]
     dt = u.value_dtype
-    if u.vec > 1 and op in vecmath.FUNCS:  # float32 lanes in vecmath's vector function, else lane by lane
-      if lang.float_math and dt.name == "float32": return f"tsvc_{op.lower()}_f{u.vec}({a[0]})"
+    if u.vec > 1 and op == "RECIP": return f"(({lang.vbroadcast.format(x=literal(1.0, dt, lang), vt=types[i])})/{a[0]})"  # 1/x, as scalars
+    if u.vec > 1 and op == "SQRT" and lang.vsqrt: return lang.vsqrt.format(x=a[0], vt=types[i])
+    if u.vec > 1 and op in (*vecmath.FUNCS, "SQRT"):  # float32 EXP2/LOG2/SIN in vecmath's vector function, else lane by lane
+      if op in vecmath.FUNCS and lang.float_math and dt.name == "float32": return f"tsvc_{op.lower()}_f{u.vec}({a[0]})"
       lanes = [alu(op, dt, [lang.gep.format(x=a[0], i=j, xyzw="xyzw"[j % 4])], dt, lang) for j in range(u.vec)]
       return lang.vbuild.format(xs=", ".join(lanes), vt=types[i])
     if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, dt, a, prog.uops[u.src[-1]].value_dtype, lang)  # operators work lane-wise

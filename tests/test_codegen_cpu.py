@@ -4,7 +4,7 @@ import math, re, subprocess
 import numpy as np
 import pytest
 from linearizer import reference
-from linearizer.builders import alu, cast, conv2d, const, kernel, ld, matmul, mul_add, red, reduce, st, symbolic_sum
+from linearizer.builders import alu, broadcast, cast, conv2d, const, kernel, ld, matmul, mul_add, red, reduce, st, symbolic_sum
 from linearizer.compare import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8, uint16
 from linearizer.heuristic import hand_coded_optimizations
@@ -268,6 +268,34 @@ def test_vector_max_comparisons_and_where_keep_the_reference_semantics(dt, devic
   vcheck(kernel(alu("WHERE", alu("CMPEQ", a, a), const(2.5, (256,), dt), a)), x, "CMPEQ", "WHERE", device=device)
   vcheck(kernel(cast(cast(a, bool_), dt)), x, device=device)  # NaN is true, -0 false
   vcheck(kernel(alu("SUB", alu("MUL", a, b), alu("DIV", a, alu("NEG", b)))), x, "MUL", "DIV", "NEG", "SUB", device=device)
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [float32, F64], ids=["float32", "float64"])
+def test_vector_sqrt_and_recip_are_exact(dt, device):
+  # correctly rounded as scalars (the contract): edge values (-0, negatives, 0, subnormals, inf, NaN) and random ones
+  x = np.concatenate([EDGE, np.random.default_rng(4).standard_normal(240) * 10.0 ** np.arange(-20, 20, 1 / 6)]).astype(dt.np)
+  vcheck(kernel(alu("SQRT", ld(1, (256,), dt))), [x], "SQRT", device=device)
+  vcheck(kernel(alu("RECIP", ld(1, (256,), dt))), [x], "RECIP", device=device)
+
+def conv_bn(cin: int = 8, cout: int = 16, hw: int = 16, eps: float = 1e-5):
+  """A 3x3 conv with BatchNorm fused, as tinygrad fuses it: (conv - mean) * (gamma * sqrt(1 / (var + eps))) + beta, per
+  output channel."""
+  conv = conv2d(1, cin, hw, hw, cout, 3, 3, padding=1).ast.src[0]
+  ch = lambda buf: ld(buf, broadcast((1, cout, 1, 1, 1, 1, 1), conv.shape))
+  invstd = alu("SQRT", alu("RECIP", alu("ADD", ch("var"), const(eps, conv.shape))))
+  return kernel(alu("ADD", alu("MUL", alu("SUB", conv, ch("mean")), alu("MUL", ch("gamma"), invstd)), ch("beta")))
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_conv_with_batchnorm_is_vectorised(device):
+  # SQRT and RECIP are vector ops: before, one per output made the whole conv scalar
+  k = conv_bn()
+  assert vector_widths(k, registry.get(device).options())
+  vcheck(k, None, "SQRT", "RECIP", "MULACC", device=device)
+  if device == "CPU":
+    kern = Kernel(k, cpu.options())
+    opts = hand_coded_optimizations(kern)
+    assert max(u.vec for u in lower(kern).uops) > 1, opts
+    check(k, opts=opts)
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_vector_where_with_a_mask_of_other_lanes(device):
