@@ -20,12 +20,13 @@ demo: $(STAMP)
 
 # The suite, as CI runs it: every test but the timing-dependent and the exhaustive ones spread over the cores
 # (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on.
-test: $(STAMP) deps $(TG_STAMP)
+test: $(STAMP) deps
 	$(PYTEST) -n auto -m "not timing and not exhaustive" $(PYTEST_ARGS)
 	$(PYTEST) -m timing $(PYTEST_ARGS)
 
-# The checks of every input and every corpus kernel (~5 CPU-minutes): CI runs them after `make test` (.ci/run).
-test-exhaustive: $(STAMP)
+# The checks of every input and every corpus kernel (~5 CPU-minutes), and a slice of tinygrad's own tests against torch
+# (its venv, torch included, is built on first use: `make test` never needs it): CI runs them after `make test` (.ci/run).
+test-exhaustive: $(STAMP) $(TG_STAMP)
 	$(PYTEST) -n auto -m exhaustive $(PYTEST_ARGS)
 
 # While working: neither the slow tier nor the timing one (see the markers in pyproject.toml).
@@ -47,7 +48,7 @@ deps:
 	@bash scripts/apt-deps.sh
 	@bash scripts/postgres.sh
 
-# tests/test_tinygrad_integration.py runs a slice of tinygrad's tests; `make tinygrad-tests` runs the four files with and without tunesvc.
+# tests/test_tinygrad_integration.py runs a slice of tinygrad's tests (exhaustive tier); `make tinygrad-tests` runs the four files with and without tunesvc.
 $(TG_STAMP):
 	$(PY) -m venv $(TG_VENV)
 	$(TG_VENV)/bin/pip install -q torch==2.13.0 tinygrad==0.8.0 'pytest>=8.3,<10' 'hypothesis>=6.100,<7' 'numpy>=2.0,<2.5' \

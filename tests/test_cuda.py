@@ -64,6 +64,8 @@ def test_every_op_cast_and_reduction_of_every_dtype_compiles_scalar_and_vectoris
 
 
 @needs_nvrtc
+@pytest.mark.slow
+@pytest.mark.exhaustive  # ~40 CPU-s of NVRTC; CI runs it, then bench/cuda_compile_report.py over the whole corpus
 def test_a_corpus_sample_under_random_gpu_schedules_compiles_for_sm80_and_sm90():
   results = list(R.run(R.cases(seed=0, per_kernel=3, sample=SAMPLE), R.ARCHS, jobs=2))
   assert len(results) == SAMPLE and R.failures(results) == []

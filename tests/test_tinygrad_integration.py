@@ -118,6 +118,7 @@ def test_an_unmodified_script_runs_on_tunesvc(tmp_path):
 SLICE = "test_matmul_simple or test_conv2d_bs_4_cin_1 or test_sum_full or test_max_pool2d_simple or test_pad2d or test_pad_slice or test_where"
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # ~45 CPU-s, and torch in a venv of its own (make test-exhaustive builds it): CI runs it, `make test` not
 def test_tinygrad_op_tests_slice_same_outcomes():
   """A bounded slice of tinygrad's own test_ops.py against torch: the same outcome for every test, no fallback."""
   rep = compare(["test/test_ops.py"], SLICE, timeout=900)

@@ -26,7 +26,7 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 def run(mode: str, files: list[str], k: str | None, timeout: float) -> tuple[dict[str, str], dict | None, float]:
   """(outcomes, the integration's stats or None, seconds) of one pytest run of tinygrad's tests on CLANG."""
-  if not (VENV / ".installed").exists(): raise RuntimeError(f"{VENV} is missing: `make tinygrad-tests` (or `make test`) builds it")
+  if not (VENV / ".installed").exists(): raise RuntimeError(f"{VENV} is missing: `make tinygrad-tests` (or `make test-exhaustive`) builds it")
   with tempfile.TemporaryDirectory() as tmp:
     junit, stats = Path(tmp) / "junit.xml", Path(tmp) / "stats.json"
     env = {**os.environ, "CLANG": "1", "PYTHONPATH": str(ROOT), "TUNESVC_TINYGRAD_STATS": str(stats)}
