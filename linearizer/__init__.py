@@ -7,4 +7,4 @@ CODEGEN_VERSION = 6
 # The version of the search's action space (search/actions.py's list of opts and what each means): bump it when the
 # list or an opt's meaning changes, so results searched over another space are never reused as if they were this one's.
 # Here, beside CODEGEN_VERSION, because the runtime library asks the service for opts by it without importing search/.
-ACTION_SPACE_VERSION = 2
+ACTION_SPACE_VERSION = 3

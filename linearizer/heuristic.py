@@ -3,10 +3,10 @@ broadly and never be wrong (every opt goes through the Kernel's legality checks)
 from __future__ import annotations
 import math
 from linearizer import vecmath
-from linearizer.ast import ConstArg
+from linearizer.ast import ConstArg, MemArg
 from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.lower import vector_widths
-from linearizer.symbolic import Node
+from linearizer.symbolic import Node, smax
 
 def _try(k: Kernel, opt: Opt) -> bool:
   try: k.apply_opt(opt)
@@ -93,6 +93,16 @@ def _cache_blocks(k: Kernel, vec: int, width: int) -> None:
   before = k.block_dims
   _block(k, last, reduce_steps, BLOCK_K)
   if k.block_dims > before: _block(k, vec + 1, width, BLOCK_N)  # the block went before it
+  if k.block_dims: _packs(k)
+
+def _packs(k: Kernel) -> None:
+  """Copy each operand's block to the stack where the loops inside the blocks reuse it (a global loop it does not vary
+  along: a matmul's B block across the rows), most reused first, while the copies fit (kernel.PACK_BYTES). Measured on
+  matmul 1024 and 2048 (1 thread, busy machine): 0.74x and 0.62x of OpenBLAS blocked, 1.24x and 1.17x with B packed."""
+  outer = k.thread_dims + k.block_dims
+  def reuse(j: int) -> int: return math.prod(smax(k.full_shape[i]) for i in range(outer, k.first_reduce) if i not in k.varies(j))
+  for j in sorted((j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg)), key=reuse, reverse=True):
+    if reuse(j) > 1: _try(k, Opt(OptOp.PACK, j))
 
 def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   """Apply the hand-coded opts to `k` and return them."""

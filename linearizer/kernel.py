@@ -9,7 +9,9 @@ BLOCK (CPUs) splits a global or reduce axis and moves its outer part to the bloc
 loops in the order they were blocked, outside every global loop, so a tile of the operands stays in a cache while the
 loops inside sweep it (cache blocking). A blocked reduce accumulates through the output: each output position's
 accumulator starts from what the previous block stored there (0 in the first block) and continues in the same order,
-so the result is bit for bit the unblocked schedule's.
+so the result is bit for bit the unblocked schedule's. PACK (CPUs) copies what a LOAD reads inside the thread's and
+blocks' loops into a buffer on the thread's stack, in the order the loops inside read it (an operand's block contiguous,
+as a BLAS packs a panel), once per block; the loads inside read that copy.
 
 TC (tensor cores) lays out one warp's tile by C's fragment map: its lane-id bits are the innermost local axes (lane
 bit 0 innermost, so the launch's linear work-item id is the lane), then after the reduce axes one upcast axis for the
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Optional
 import numpy as np
-from linearizer.ast import KernelAST, LazyOp, ReduceArg, load
+from linearizer.ast import KernelAST, LazyOp, MemArg, ReduceArg, load
 from linearizer.reference import alu, cast
 from linearizer.options import LinearizerOptions
 from linearizer.shapetracker import ShapeTracker
@@ -36,10 +38,11 @@ from linearizer.tensor_cores import TensorCore
 class OptOp(StrEnum):
   """The optimisation ops; str-valued, so an opt's JSON form is the op's name."""
   LOCAL = "LOCAL"; GROUP = "GROUP"; GROUPTOP = "GROUPTOP"; UPCAST = "UPCAST"; UPCASTMID = "UPCASTMID"
-  UNROLL = "UNROLL"; NOLOCALS = "NOLOCALS"; PADTO = "PADTO"; TC = "TC"; THREAD = "THREAD"; BLOCK = "BLOCK"
+  UNROLL = "UNROLL"; NOLOCALS = "NOLOCALS"; PADTO = "PADTO"; TC = "TC"; THREAD = "THREAD"; BLOCK = "BLOCK"; PACK = "PACK"
 
 MAX_UPCAST = 256       # elements one thread computes: beyond this the code explodes and registers spill
 MAX_AMT = 256
+PACK_BYTES = 256 << 10  # the packed copies of a kernel, on each thread's stack: a BLAS's B block (256 x 256 floats) fits L2
 
 
 class OptError(ValueError): pass
@@ -65,7 +68,8 @@ class Opt:
 def allowed_ops(o: LinearizerOptions) -> tuple[OptOp, ...]:
   """The opt ops a device may accept (each one still has its own preconditions)."""
   return tuple(op for op, ok in ((OptOp.UPCAST, True), (OptOp.UNROLL, True), (OptOp.PADTO, True), (OptOp.THREAD, o.has_threads),
-                                 (OptOp.BLOCK, not o.has_local), (OptOp.LOCAL, o.has_local), (OptOp.NOLOCALS, o.has_local),
+                                 (OptOp.BLOCK, not o.has_local), (OptOp.PACK, not o.has_local),
+                                 (OptOp.LOCAL, o.has_local), (OptOp.NOLOCALS, o.has_local),
                                  (OptOp.GROUP, o.has_local and o.has_shared),
                                  (OptOp.GROUPTOP, o.has_local and o.has_shared), (OptOp.UPCASTMID, o.has_local and o.has_shared),
                                  (OptOp.TC, bool(o.tensor_cores))) if ok)
@@ -88,6 +92,7 @@ class Kernel:
     self.thread_dims = self.block_dims = self.local_dims = self.group_for_reduces = self.upcasted = 0
     self.upcast_in_mid_reduce: list[int] = []
     self.dont_use_locals = False
+    self.packed: tuple[int, ...] = ()  # the leaves (indices into self.leaves) whose LOADs read a packed copy
     self.tensor_core: Optional[tuple[TensorCore, LazyOp, LazyOp]] = None  # the tensor core, A's LOAD, B's LOAD
     self._initial_layout()
 
@@ -180,6 +185,7 @@ class Kernel:
     if opt.op is OptOp.TC: return self._apply_tc(opt)
     if self.tensor_core:
       check(opt.op in (OptOp.UPCAST, OptOp.UNROLL, OptOp.LOCAL), f"{opt.op} after TC: only UPCAST, UNROLL and LOCAL keep the warp's layout")
+    if opt.op is OptOp.PACK: return self._apply_pack(opt)
     if opt.op is OptOp.NOLOCALS:
       check(o.has_local, "NOLOCALS needs a device with local dims")
       check(self.local_dims == 0 and self.group_for_reduces == 0 and not self.dont_use_locals, "NOLOCALS after locals were used")
@@ -215,14 +221,7 @@ class Kernel:
       check(outer <= axis < self.first_reduce - self.local_dims, "THREAD splits a global axis")
       self.shift_to(axis, amt, top=True, insert_before=0)  # each thread takes one contiguous part
       self.thread_dims = 1
-    elif opt.op is OptOp.BLOCK:
-      check(not o.has_local, "BLOCK is for CPUs: on a device with local dims its outer loop would run inside every work-item")
-      on_global = outer <= axis < self.first_reduce
-      check(on_global or reduce_range[0] <= axis < reduce_range[1], "BLOCK is for a global or reduce axis (not a thread, block or upcast one)")
-      check(amt < size, f"BLOCK {amt} of axis {axis} of size {size} leaves no outer loop")
-      if not on_global: self._check_reduce_blocks()
-      self.shift_to(axis, size // amt, top=True, insert_before=outer)
-      self.block_dims += 1
+    elif opt.op is OptOp.BLOCK: self._apply_block(axis, size, amt, reduce_range)
     elif opt.op is OptOp.LOCAL:
       check(o.has_local and not self.dont_use_locals, "this kernel uses no local dims")
       check(self.thread_dims <= axis < self.first_reduce - self.local_dims, "LOCAL is for a global axis")
@@ -253,6 +252,7 @@ class Kernel:
       check(padded <= 2 * size, f"padding {size} to {padded} more than doubles the work")
       if self.is_reduce_axis(axis): check(self._pad_reduce_is_exact(), "padding this reduce would change its result")
       self.sts = [st.pad([(0, padded - size) if i == axis and s == size else (0, 0) for i, s in enumerate(st.shape)]) for st in self.sts]
+    if self.packed: self._check_packs()  # after every opt: splits and pads change what a block's copy holds
     if self.group_for_reduces:  # after every opt: locals and upcasts grow what a grouped reduce keeps in shared memory
       check(self._shared_bytes() <= o.shared_max, f"the grouped reduce would need more than {o.shared_max} bytes of shared memory")
     self.applied_opts.append(opt)
@@ -287,12 +287,7 @@ class Kernel:
            if all(s.dtype.name == tc.dtype_in for s in loads) and red.src[0].dtype.name == red.dtype.name == tc.dtype_out]
     check(bool(tcs), f"no tensor core takes {loads[0].dtype.name} x {loads[1].dtype.name} products in {red.src[0].dtype.name} "
                      f"summed in {red.dtype.name}")
-    vs = [Var(f"_tc{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(self.full_shape)]
-    def varies(ld: LazyOp) -> set[int]:  # the axes the LOAD's index or validity depends on
-      st = self.sts[self.leaves.index(ld.arg)]
-      idx, valid = st.expr_idxs([0 if st.shape[i] == 1 or v is None else v for i, v in enumerate(vs)])
-      names = {v.name for v in variables(idx) | variables(valid)}
-      return {i for i, v in enumerate(vs) if v is not None and v.name in names}
+    def varies(ld: LazyOp) -> set[int]: return self.varies(self.leaves.index(ld.arg))
     def fits(axis: int, d: int, flat: Optional[LazyOp] = None) -> bool:
       """The axis is a multiple of d, or padded to one at most doubles it, where the operand `flat`, which does not vary
       along it, reads it as a broadcast (its fragments are the same for every lane's row or column there: no mask)."""
@@ -346,6 +341,16 @@ class Kernel:
     self.local_dims, self.upcasted, self.tensor_core = len(lanes), 1 + len(elems), (tc, a, b)
     self.applied_opts.append(opt)
 
+  def _apply_block(self, axis: int, size: int, amt: int, reduce_range: tuple[int, int]) -> None:
+    check(not self.options.has_local, "BLOCK is for CPUs: on a device with local dims its outer loop would run inside every work-item")
+    outer = self.thread_dims + self.block_dims
+    on_global = outer <= axis < self.first_reduce
+    check(on_global or reduce_range[0] <= axis < reduce_range[1], "BLOCK is for a global or reduce axis (not a thread, block or upcast one)")
+    check(amt < size, f"BLOCK {amt} of axis {axis} of size {size} leaves no outer loop")
+    if not on_global: self._check_reduce_blocks()
+    self.shift_to(axis, size // amt, top=True, insert_before=outer)
+    self.block_dims += 1
+
   def _check_reduce_blocks(self) -> None:
     """A reduce blocked into an outer loop continues each position's accumulator from the output: legal where the output
     holds the accumulator exactly (the STORE stores the reduce itself, in its accumulation dtype) and a first block that
@@ -355,6 +360,33 @@ class Kernel:
     assert red is not None
     check(self.ast.ast.src[0] == red, "BLOCK of a reduce axis needs a STORE of the reduce itself: its partial sums go through the output")
     check(red.dtype.acc == red.dtype, f"BLOCK of a reduce axis: a {red.dtype.name} output cannot hold its {red.dtype.acc.name} accumulator")
+
+  def varies(self, leaf: int) -> set[int]:
+    """The axes (of int size) leaf `leaf`'s index or validity depends on."""
+    st, vs = self.sts[leaf], [Var(f"_v{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(self.full_shape)]
+    idx, valid = st.expr_idxs([0 if st.shape[i] == 1 or v is None else v for i, v in enumerate(vs)])
+    names = {v.name for v in variables(idx) | variables(valid)}
+    return {i for i, v in enumerate(vs) if v is not None and v.name in names}
+
+  def pack_axes(self, leaf: int) -> list[int]:
+    """The axes inside the threads and blocks that a packed leaf's copy holds, outermost first: those it varies along."""
+    return sorted(i for i in self.varies(leaf) if i >= self.thread_dims + self.block_dims)
+
+  def _apply_pack(self, opt: Opt) -> None:
+    check(not self.options.has_local, "PACK is for CPUs (a device with local dims has its own local memory)")
+    check(opt.amt in (None, 0), "PACK takes no amount")
+    loads = [i for i, a in enumerate(self.leaves) if i > 0 and isinstance(a, MemArg)]
+    if not isinstance(opt.axis, int) or opt.axis not in loads: raise OptError(f"PACK axis picks a LOAD's view: one of {loads}")
+    check(opt.axis not in self.packed, f"leaf {opt.axis} is packed already")
+    self.packed += (opt.axis,)
+    self._check_packs()
+    self.applied_opts.append(opt)
+
+  def _check_packs(self) -> None:
+    outer = self.thread_dims + self.block_dims
+    check(all(isinstance(s, int) for s in self.full_shape[outer:]), "PACK of a kernel with a symbolic axis inside its blocks")
+    size = sum(math.prod(concrete(self.full_shape[i]) for i in self.pack_axes(j)) * self.leaves[j].dtype.itemsize for j in self.packed)
+    check(size <= PACK_BYTES, f"the packed copies would take {size} bytes, over {PACK_BYTES} (BLOCK the axes inside first)")
 
   def _check_local_size(self, amt: int) -> None:
     lo = self.first_reduce - self.local_dims

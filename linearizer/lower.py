@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 import numpy as np
-from linearizer.ast import ConstArg, KernelAST, LazyOp
+from linearizer.ast import ConstArg, KernelAST, LazyOp, MemArg
 from linearizer.dtypes import DType, bool_
 from linearizer.kernel import Kernel
 from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
-from linearizer.shapetracker import ShapeTracker, affine
+from linearizer.shapetracker import ShapeTracker, View, affine
 from linearizer.symbolic import Var, concrete, ge, land, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
@@ -102,7 +102,10 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     size = math.prod(s for _, s in lo.ldims) * math.prod(lo.full[i] for i in lo.out_up) * lo.W
     lo.emit(UOp(UOps.DEFINE_LOCAL, k.reduceop.dtype.acc, (), (SHARED, size)))
   threads = concrete(lo.full[0]) if k.thread_dims else 0
-  with lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0) for i in lo.outer]): lo.body()
+  blocks = [i for i in lo.outer if i < k.thread_dims + k.block_dims]  # packed copies are made inside these, per block
+  with lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0) for i in blocks]):
+    lo.pack()
+    with lo.scope(lo.loops(range(k.thread_dims + k.block_dims, lo.fr))): lo.body()
   launch = tuple(s for _, s in lo.gdims), tuple(concrete(s) for _, s in lo.ldims)  # LOCAL and GROUP split int sizes
   return Program(name, _fuse_mulacc(lo.uops, lo.sums), bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
 
@@ -141,6 +144,14 @@ class _Lowering:
     self.upcast_axes = [i for i in range(self.up, self.n) if i != self.vaxis]
     self.out_up = [i for i in out_up if i != self.vaxis]
     self.st_of = dict(zip(k.leaves, k.sts))
+    self.buf_of: dict[Any, int | str] = {a: a.buf for a in k.leaves if isinstance(a, MemArg)}
+    for j in k.packed:  # a packed LOAD reads its copy: local memory over its pack axes, row-major, the vector axis innermost
+      size, strides = 1, {}
+      for i in reversed(self.pack_order(j)): strides[i], size = size, size * concrete(full[i])
+      self.st_of[k.leaves[j]] = ShapeTracker((View.create(full, [strides.get(i, 0) for i in range(self.n)]),))
+      self.buf_of[k.leaves[j]] = f"pack{j}"
+
+  def pack_order(self, leaf: int) -> list[int]: return sorted(self.k.pack_axes(leaf), key=lambda i: (i == self.vaxis, i))
 
   # ---- emitting
   def emit(self, u: UOp, dedup: bool = True) -> int:
@@ -185,14 +196,14 @@ class _Lowering:
   def vector_load(self, node: LazyOp, lane: At) -> int:
     """Contiguous along the vector axis: one vector load; stride 0: a broadcast; else one load per lane."""
     idx, valid = self.index(self.st_of[node.arg], lane)
-    aff = affine(idx, [self.lane_var])
+    aff, buf = affine(idx, [self.lane_var]), self.buf_of[node.arg]
     if self.lane_var not in variables(valid) and aff is not None and aff[0][0] in (0, 1):
-      if aff[0][0] == 1: return self.emit(UOp(UOps.LOAD, node.dtype, (), (node.arg.buf, _lane0(idx), valid), self.W))
-      return self.emit(UOp(UOps.VBROADCAST, node.dtype, (self.scalar_load(node.arg.buf, node.dtype, _lane0(idx), valid),), None, self.W))
-    lanes = tuple(self.scalar_load(node.arg.buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j})) for j in range(self.W))
+      if aff[0][0] == 1: return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, _lane0(idx), valid), self.W))
+      return self.emit(UOp(UOps.VBROADCAST, node.dtype, (self.scalar_load(buf, node.dtype, _lane0(idx), valid),), None, self.W))
+    lanes = tuple(self.scalar_load(buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j})) for j in range(self.W))
     return self.emit(UOp(UOps.VBUILD, node.dtype, lanes, None, self.W))
 
-  def scalar_load(self, buf: int, dt: DType, idx: sint, valid: sint) -> int:
+  def scalar_load(self, buf: int | str, dt: DType, idx: sint, valid: sint) -> int:
     return self.const(0, dt) if valid == 0 else self.emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
 
   def value(self, node: LazyOp, lane: At, memo: Memo) -> int:
@@ -203,7 +214,7 @@ class _Lowering:
     if node.op == "LOAD" and W > 1: r = self.vector_load(node, lane)
     elif node.op == "LOAD":
       idx, valid = self.index(self.st_of[node.arg], lane)
-      r = self.scalar_load(node.arg.buf, node.dtype, idx, valid)
+      r = self.scalar_load(self.buf_of[node.arg], node.dtype, idx, valid)
     elif node.op == "CONST":
       _, valid = self.index(self.st_of[node.arg], lane)  # lane-independent where vectorised (_vector_axis checks)
       c, zero = self.const(node.arg.val, node.dtype), self.const(0, node.dtype)  # one uop when the constant is 0 (not -0.0)
@@ -219,6 +230,22 @@ class _Lowering:
     return r
 
   # ---- the passes inside the outer loops
+  def pack(self) -> None:
+    """Each packed LOAD's elements for this thread and block, copied (its validity applied: 0 where it reads none) into a
+    local buffer on the thread's stack in the order of its pack axes, which the loads inside read (st_of, buf_of)."""
+    for j in self.k.packed:
+      a, st, axes = self.k.leaves[j], self.k.sts[j], self.pack_order(j)
+      name, size = str(self.buf_of[a]), math.prod(concrete(self.full[i]) for i in axes)
+      self.emit(UOp(UOps.DEFINE_LOCAL, a.dtype, (), (name, size)), dedup=False)
+      pv = {i: Var(f"_p{j}_{i}", 0, concrete(self.full[i]) - 1) for i in axes}
+      with self.scope([(v, self.full[i], 0) for i, v in pv.items()]):
+        outer = self.k.thread_dims + self.k.block_dims  # the threads' and blocks' loops are open; inside, the leaf's axes are pv
+        ix = [pv[i] if i in pv else self.loop_vars[i] if i < outer and st.shape[i] != 1 else 0 for i in range(self.n)]
+        idx, valid = st.expr_idxs(ix)
+        valid = simplify_valid(valid)
+        v = self.scalar_load(a.buf, a.dtype, simplify_where(idx, valid), valid)
+        self.emit(UOp(UOps.STORE, None, (v,), (name, self.st_of[a].expr_idxs(ix)[0], 1)), dedup=False)
+
   def body(self) -> None:
     """The reduce, if any, and the stores. A grouped reduce's work-items share their partial accumulators, and only the
     group's first work-item (its grouped indices all 0) folds them and stores."""

@@ -88,7 +88,8 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
 """,
   types={"float16": "_Float16", "bfloat16": "float", "bool": "bool"}, storage={"bfloat16": "unsigned short"},
   load={"bfloat16": "bf2f({})"}, store={"bfloat16": "f2bf({})"}, narrow={"float16": "((_Float16)({}))", "bfloat16": "bfround({})"},
-  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source, vsqrt="sqrt_{vt}({x})")
+  suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source, vsqrt="sqrt_{vt}({x})",
+  shared="__attribute__((aligned(64))) ")  # PACK's copies on the stack: a vector of a packed row is one cache line
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
 # like bfloat16; vload_half/vstore_half_rte (core) convert exactly. No -fwrapv: signed + - * wrap through unsigned.

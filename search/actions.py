@@ -20,6 +20,7 @@ _SPACE: tuple[tuple[OptOp, range, tuple[int, ...]], ...] = (
   (OptOp.THREAD, range(3), (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)),
   (OptOp.TC, range(1), (0,)),  # the first way the kernel matches a device's tensor core (Kernel._tc_choices)
   (OptOp.BLOCK, range(4), (8, 16, 32, 64, 128)),  # CPUs' cache blocking: blocks of 8 tiles (columns) to 128 steps (a reduce)
+  (OptOp.PACK, range(1, 3), (0,)),  # CPUs: copy the first or second LOAD's block to the stack (Kernel.leaves' index)
 )
 ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE for a in axes for amt in amts) + (Opt(OptOp.NOLOCALS),)
 

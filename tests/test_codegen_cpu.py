@@ -141,13 +141,30 @@ def test_blocked_schedules_match_the_reference_and_the_unblocked_bits(k, opts):
   assert np.array_equal(got, check(k, opts=[o for o in opts if o.op != "BLOCK"], seed=3))
 
 
-def test_hand_coded_schedule_blocks_a_large_matmul_only():
+PACKED = [  # a LOAD's block copied to the stack: odd sizes, masked reads (padding), threads, transposed, multi-axis leaves
+  (matmul(45, 35, 99), [Opt("UPCAST", 1, 7), Opt("THREAD", 0, 3), Opt("BLOCK", 3, 9), Opt("BLOCK", 2, 5), Opt("PACK", 2)]),
+  (matmul(45, 48, 99), [Opt("PADTO", 2, 16), Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 3), Opt("UNROLL", 0, 2), Opt("BLOCK", 2, 8),
+                        Opt("PACK", 1), Opt("PACK", 2)]),
+  (matmul(17, 32, 36, transpose_a=True, transpose_b=True), [Opt("UPCAST", 1, 16), Opt("BLOCK", 2, 4), Opt("PACK", 1), Opt("PACK", 2)]),
+  (conv2d(1, 6, 9, 9, 8, 3, 3, padding=1), [Opt("UPCAST", 0, 8), Opt("BLOCK", 3, 3), Opt("PACK", 1), Opt("PACK", 2)]),
+]
+
+@pytest.mark.parametrize("k,opts", PACKED, ids=[str(i) for i in range(len(PACKED))])
+def test_packed_schedules_match_the_reference_and_the_unpacked_bits(k, opts):
+  src, _, _ = compile_kernel(k, "CPU", opts)
+  assert all(f"pack{o.axis}[" in src for o in opts if o.op == "PACK")
+  got = check(k, opts=opts, seed=4)
+  assert np.array_equal(got, check(k, opts=[o for o in opts if o.op != "PACK"], seed=4))
+
+
+def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
   k = matmul(512, 512, 512)
   opts = hand_coded_optimizations(Kernel(k, cpu.options()))
   assert [(o.axis, o.amt) for o in opts if o.op == "BLOCK"] == [(2, 128), (2, 16)]  # K in 256s (unrolled by 2), N in 256s
+  assert [o.axis for o in opts if o.op == "PACK"] == [2]  # B's block, reused by every row; A's rows would not fit beside it
   check(k, opts=opts)
   for small in (matmul(64, 64, 64), reduce("SUM", (64, 4096), (1,)), matmul(100, 3000, 999)):  # no reuse, or no vector axis
-    assert not any(o.op == "BLOCK" for o in hand_coded_optimizations(Kernel(small, cpu.options())))
+    assert not any(o.op in ("BLOCK", "PACK") for o in hand_coded_optimizations(Kernel(small, cpu.options())))
 
 
 def test_symbolic_kernel_takes_its_variable_as_an_argument():

@@ -63,17 +63,19 @@ def test_planted_bugs_are_classified_saved_and_replayed(tmp_path, first, last, s
   assert fixed.returncode == 0 and "\nPASS" in fixed.stdout, fixed.stdout + fixed.stderr
 
 
-def test_fuzzed_blocked_schedules_pass():
-  """The fuzzer draws BLOCK among the CPU's opts; cases where it blocks a reduce (accumulating through the output) and
-  an output axis, on builder kernels of odd sizes, run against the reference."""
-  rng, opts, cases, reduces = random.Random(1), cpu.options(), [], 0
-  while len(cases) < 16:
+def test_fuzzed_blocked_and_packed_schedules_pass():
+  """The fuzzer draws BLOCK and PACK among the CPU's opts; cases where BLOCK blocks a reduce (accumulating through the
+  output) or an output axis, and where PACK copies an operand, on builder kernels of odd sizes, run against the reference."""
+  rng, opts, cases, reduces, packs = random.Random(1), cpu.options(), [], 0, 0
+  while len(cases) < 24:
     k = B.matmul(*(rng.choice((5, 12, 17, 32, 36)) for _ in range(3)), transpose_a=rng.random() < 0.5) if rng.random() < 0.6 else \
       B.conv2d(1, rng.choice((2, 4, 6)), 9, 7, rng.choice((3, 8)), 3, 3, padding=1)
     drawn = draw_opts(Kernel(k, opts), rng)
-    if not any(o.op == "BLOCK" for o in drawn): continue
+    if not any(o.op in ("BLOCK", "PACK") for o in drawn): continue
     reduces += (blocked := Kernel(k, opts).apply_opts(drawn).blocked_reduce)
-    if blocked or reduces >= 8: cases.append(Case(k.to_json(), drawn, {}, rng.getrandbits(32), "blocked"))
+    packs += (packed := any(o.op == "PACK" for o in drawn))
+    if blocked or packed or (reduces >= 8 and packs >= 8): cases.append(Case(k.to_json(), drawn, {}, rng.getrandbits(32), "blocked"))
+  assert reduces >= 8 and packs >= 8
   with F.Pool(jobs=1) as pool: done = list(pool.run(cases))
   assert [(c.status, c.message) for c in done if c.status != "PASS"] == []
 

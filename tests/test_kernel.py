@@ -200,3 +200,17 @@ def test_an_impossible_block_is_an_opt_error_that_says_why(ast, opts, why):
   with pytest.raises(OptError, match=why): k.apply_opt(opts[-1])
   assert (k.sts, k.applied_opts, k.block_dims, k.full_shape) == before
   with pytest.raises(OptError, match="for CPUs"): Kernel(matmul(12, 8, 16), GPU).apply_opt(Opt("BLOCK", 2, 4))
+
+
+def test_pack_copies_a_loads_block_and_says_why_it_cannot():
+  k = Kernel(matmul(24, 64, 48), CPU).apply_opts([Opt("UPCAST", 1, 16), Opt("BLOCK", 2, 8), Opt("PACK", 2)])
+  assert k.packed == (2,) and k.pack_axes(2) == [2, 3, 4]  # B varies along N's tiles, K's steps and N's 16 lanes, not M
+  same_result(k)  # the layout is unchanged: the copy is the lowering's
+  for opt, why in ((Opt("PACK", 2), "packed already"), (Opt("PACK", 0), "LOAD's view"), (Opt("PACK", 3), "LOAD's view"),
+                   (Opt("PACK", 1, 4), "no amount")):
+    with pytest.raises(OptError, match=why): k.apply_opt(opt)
+  with pytest.raises(OptError, match="for CPUs"): Kernel(matmul(12, 8, 16), GPU).apply_opt(Opt("PACK", 1))
+  with pytest.raises(OptError, match="over 262144"): Kernel(matmul(8, 1100, 64), CPU).apply_opt(Opt("PACK", 2))  # all of B
+  near = Kernel(matmul(8, 1100, 36), CPU).apply_opts([Opt("PACK", 2)])  # 158400 bytes, until K is padded to 64
+  with pytest.raises(OptError, match="would take 281600 bytes"): near.apply_opt(Opt("PADTO", 2, 32))
+  assert near.applied_opts == [Opt("PACK", 2)]

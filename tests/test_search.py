@@ -62,7 +62,7 @@ def test_winner_is_verified_at_least_as_fast_as_hand_coded_and_the_result_round_
 
 def test_action_space_is_filtered_by_device_options():
   acts = actions_for(cpu.options())
-  assert {a.op for a in acts} == {"UPCAST", "UNROLL", "PADTO", "BLOCK"} | ({"THREAD"} if cpu.options().threads > 1 else set())
+  assert {a.op for a in acts} == {"UPCAST", "UNROLL", "PADTO", "BLOCK", "PACK"} | ({"THREAD"} if cpu.options().threads > 1 else set())
   assert all(cpu.options().threads <= a.amt <= 4 * cpu.options().threads for a in acts if a.op == "THREAD")
   gpu = cpu.options().__class__("GPU", has_local=True, has_shared=True, shared_max=48 << 10, local_max=(1024, 1024, 64))
   assert {a.op for a in actions_for(gpu)} == {"UPCAST", "UNROLL", "PADTO", "LOCAL", "GROUP", "GROUPTOP", "UPCASTMID", "NOLOCALS"}
