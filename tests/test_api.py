@@ -654,3 +654,27 @@ def test_a_request_head_is_bounded_in_size_and_a_request_in_time(tmp_path):
     assert got.startswith(b"HTTP/1.1 202") and got.count(b"HTTP/1.1 200") == 1, got[:300]  # within the bounds: both answered
     with httpx.Client(base_url=svc.url, headers=SUB) as c: assert c.get("/v1/jobs").status_code == 200
   finally: svc.stop()
+
+
+def test_models_are_paged(api):
+  """A model costs its submitter nothing once its kernels' jobs exist (they are shared): one submit token could file the same
+  kernels under any number of model names, and GET /v1/models read every row of every model (with each kernel's document)
+  on each of the dashboard's polls."""
+  ks = examples()[:3]
+  jobs = submit(api, ks)
+  wid = register(api)
+  claim(api, wid)
+  report(api, wid, jobs[0])
+  for i in range(120): submit(api, ks, model=f"m{i:03d}", runs=[3, 2, 1])
+  page = api.get("/v1/models", headers=SUB).json()
+  assert [m["model"] for m in page["models"]] == [f"m{i:03d}" for i in range(50)] and page["next_offset"] == 50
+  assert page["models"][0] == {"model": "m000", "kernels": 3, "runs": 6, "states": {"done": 1, "queued": 2}, "detail": None, "next_offset": None}
+  last = api.get("/v1/models", params={"offset": 100, "limit": 50}, headers=SUB).json()
+  assert len(last["models"]) == 20 and last["next_offset"] is None
+  assert api.get("/v1/models", params={"limit": 501}, headers=SUB).status_code == 422
+  one = api.get("/v1/models/m007", params={"limit": 2}, headers=SUB).json()
+  assert one["kernels"] == 3 and one["runs"] == 6 and one["states"] == {"done": 1, "queued": 2} and one["next_offset"] == 2
+  assert [(k["key"], k["runs"], k["state"]) for k in one["detail"]] == [(ks[0].key, 3, "done"), (ks[1].key, 2, "queued")]
+  rest = api.get("/v1/models/m007", params={"offset": 2}, headers=SUB).json()
+  assert [k["key"] for k in rest["detail"]] == [ks[2].key] and rest["next_offset"] is None
+  assert api.get("/v1/models/nope", headers=SUB).status_code == 404

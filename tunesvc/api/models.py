@@ -119,9 +119,12 @@ class ModelOut(BaseModel):
   kernels: int
   runs: int = Field(description="kernel runs per inference")
   states: dict[str, int] = Field(description="kernels per state")
-  detail: Optional[list[ModelKernelOut]] = None
+  detail: Optional[list[ModelKernelOut]] = Field(None, description="GET /v1/models/{name}: a page of its kernels, most-run first")
+  next_offset: Optional[int] = Field(None, description="the offset of the detail's next page; null on the last")
 
-class ModelPage(BaseModel): models: list[ModelOut]
+class ModelPage(BaseModel):
+  models: list[ModelOut]
+  next_offset: Optional[int] = Field(None, description="the offset of the next page; null on the last")
 
 
 class KernelSummary(BaseModel):

@@ -3,7 +3,7 @@ the dashboard the workers and the job queue."""
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
-from sqlalchemy import Row, bindparam, exists, func, select
+from sqlalchemy import Row, bindparam, case, exists, func, select
 from tunesvc.states import JobState
 from tunesvc.store import Store
 from tunesvc.store.models import Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
@@ -92,18 +92,42 @@ def jobs(st: Store, state: Optional[JobState] = None, limit: int = 50,
   return [(j, r, name) for j, r, name in rows[:limit]], len(rows) > limit
 
 
-def model_kernels(st: Store, model: Optional[str] = None) -> dict[str, list[tuple[Kernel, int, list[JobState]]]]:
-  """model -> its kernels, each with its runs and the states of its jobs (oldest first); one model or every one."""
-  q = select(ModelKernel, Kernel).join(Kernel, Kernel.key == ModelKernel.kernel_key).order_by(ModelKernel.model, ModelKernel.runs.desc(), Kernel.key)
-  if model is not None: q = q.where(ModelKernel.model == model)
+# a model's kernel is in the state of its best job (none: it has no job); its rank here, counted in the database
+MODEL_ORDER = (JobState.DONE, JobState.RUNNING, JobState.QUEUED, JobState.FAILED, "none")
+_RANK = case(*((Job.state == state, i) for i, state in enumerate(MODEL_ORDER[:-1])), else_=len(MODEL_ORDER) - 1)
+
+def _best_states(models: Sequence[str]):
+  """(model, kernel_key, runs, rank) of each kernel of these models."""
+  return select(ModelKernel.model, ModelKernel.kernel_key, ModelKernel.runs, func.min(_RANK).label("rank")) \
+    .outerjoin(Job, Job.kernel_key == ModelKernel.kernel_key).where(ModelKernel.model.in_(models)) \
+    .group_by(ModelKernel.model, ModelKernel.kernel_key, ModelKernel.runs)
+
+@dataclass
+class ModelSummary:
+  model: str
+  kernels: int
+  runs: int
+  states: dict[str, int]  # kernels by the state of their best job
+
+def models(st: Store, limit: int = 50, offset: int = 0, name: Optional[str] = None) -> tuple[list[ModelSummary], bool]:
+  """A page of models by name (or the one called `name`), each summed in the database; and whether more follow."""
+  q = select(ModelKernel.model).distinct().order_by(ModelKernel.model)
   with st.read() as s:
-    rows = s.execute(q).all()
-    states: dict[str, list[JobState]] = {}
-    for key, state in s.execute(select(Job.kernel_key, Job.state).where(Job.kernel_key.in_({k.key for _, k in rows})).order_by(Job.id)):
-      states.setdefault(key, []).append(state)
-  out: dict[str, list] = {}
-  for mk, k in rows: out.setdefault(mk.model, []).append((k, mk.runs, states.get(k.key, [])))
-  return out
+    names = s.scalars((q if name is None else q.where(ModelKernel.model == name)).limit(limit + 1).offset(offset)).all()
+    best = _best_states(names[:limit]).subquery()
+    rows = s.execute(select(best.c.model, best.c.rank, func.count(), func.sum(best.c.runs)).group_by(best.c.model, best.c.rank)).all()
+  out = {m: ModelSummary(m, 0, 0, {}) for m in names[:limit]}
+  for m, rank, n, runs in rows:
+    out[m].kernels, out[m].runs, out[m].states[MODEL_ORDER[rank]] = out[m].kernels + n, out[m].runs + runs, n
+  return list(out.values()), len(names) > limit
+
+def model_kernels(st: Store, model: str, limit: int = 50, offset: int = 0) -> tuple[list[tuple[str, Optional[str], int, str]], bool]:
+  """A page of one model's kernels, most-run first: (key, name, runs, state of its best job); and whether more follow."""
+  best = _best_states([model]).subquery()
+  q = select(best.c.kernel_key, Kernel.name, best.c.runs, best.c.rank).join(Kernel, Kernel.key == best.c.kernel_key) \
+    .order_by(best.c.runs.desc(), best.c.kernel_key).limit(limit + 1).offset(offset)
+  with st.read() as s: rows = s.execute(q).all()
+  return [(key, name, runs, MODEL_ORDER[rank]) for key, name, runs, rank in rows[:limit]], len(rows) > limit
 
 
 def devices(st: Store) -> set[str]:
