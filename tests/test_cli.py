@@ -136,3 +136,13 @@ def test_device_flags_need_a_device_and_schedules_are_exclusive(files):
   assert r.returncode == 2 and "need --device" in r.stderr
   r = tunesvc("kernel", "run", str(files / "good.json"), "--device", "CPU", "--no-opts", "--hand-coded")
   assert r.returncode == 2 and "not allowed with argument" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", [["kernel", "check", *map(str, EXAMPLES)], ["kernel", "show", str(EXAMPLES[0])]], ids=["flushed", "buffered"])
+def test_a_reader_that_stops_early_ends_the_command_quietly(cmd):
+  """`tunesvc devices | head -1`: the pipe closed under the command ends it without a traceback, whether its lines were
+  written as they came or at the end."""
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", *cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  p.stdout.close()  # before the command writes a line
+  err = p.stderr.read()
+  assert p.wait(300) == 1 and err == "", err

@@ -635,7 +635,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
   args = parser().parse_args(argv)
-  return args.fn(args)
+  try:
+    rc = args.fn(args)
+    sys.stdout.flush()  # here, where a closed pipe is caught, rather than at exit
+    return rc
+  except BrokenPipeError:  # the reader stopped early (`| head`): end quietly, and let no flush at exit write to the pipe again
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
 
 
 if __name__ == "__main__":
