@@ -78,6 +78,10 @@ def _context():
   ctx = _checked(cl.clCreateContext, None, 1, ctypes.byref(dev), cl.clCreateContext.argtypes[3](), None)
   return ctx, _checked(cl.clCreateCommandQueue, ctx, dev, cl.CL_QUEUE_PROFILING_ENABLE)
 
+def device_id() -> int:
+  """Device 0's cl_device_id as an address: another OpenCL user in this process drives the same device where its id is this."""
+  return ctypes.cast(_device()[1], ctypes.c_void_p).value or 0
+
 def available() -> bool:
   try: _device()
   except OpenCLError: return False

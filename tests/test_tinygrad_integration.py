@@ -1,26 +1,53 @@
 """tinygrad 0.8.0 programs with their kernels compiled by tunesvc (tunesvc.integrations.tinygrad) give tinygrad's own
-results, TinyJit and symbolic shapes included; a kernel tunesvc cannot take runs tinygrad's code, counted; a slice of
-tinygrad's own op tests has the same outcomes with and without tunesvc."""
+results, TinyJit and symbolic shapes included, on tinygrad's CPU device (CLANG) and its OpenCL one (GPU: PoCL here) --
+and its CUDA one on an NVIDIA GPU; without one, tinygrad's kernels are built for CUDA as far as NVRTC goes. A kernel
+tunesvc cannot take runs tinygrad's code, counted; a slice of tinygrad's own op tests has the same outcomes with and
+without tunesvc."""
 import json, os, subprocess, sys, time
 import numpy as np
 import pytest
 
-os.environ["CLANG"] = "1"  # tinygrad's CPU device, before tinygrad picks its default
+os.environ["CLANG"] = "1"  # tinygrad's CPU device, before tinygrad picks its default (the `device` fixture switches it)
 from tinygrad import Tensor, dtypes  # noqa: E402
-from tinygrad.device import Compiled  # noqa: E402
+from tinygrad.device import Compiled, Device  # noqa: E402
 from tinygrad.jit import TinyJit  # noqa: E402
 from tinygrad.shape.symbolic import Variable  # noqa: E402
+from devices import cuda, nvrtc, registry  # noqa: E402
+from linearizer import ACTION_SPACE_VERSION  # noqa: E402
+from linearizer.heuristic import hand_coded_optimizations  # noqa: E402
+from linearizer.kernel import Kernel  # noqa: E402
+from linearizer.lower import lower  # noqa: E402
+from tunesvc.cache import OptsCache  # noqa: E402
 from tunesvc.integrations import tinygrad as tsvc  # noqa: E402
 from tests.tinygrad_suite import compare  # noqa: E402
 from tests.tinygrad_examples import PROGRAMS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_opencl = pytest.mark.skipif("OPENCL" not in registry.available(), reason="no OpenCL device (PoCL: pocl-opencl-icd)")
+needs_gpu = pytest.mark.skipif(not cuda.available(), reason="no NVIDIA GPU (no CUDA driver with a device)")
+# tunesvc's device names; the GPUs' tinygrad runs take seconds (every kernel built twice, by tinygrad and by tunesvc)
+MARKS = {"CPU": [], "OPENCL": [needs_opencl, pytest.mark.slow], "CUDA": [needs_gpu, pytest.mark.slow]}
+DEVICES = [pytest.param(d, marks=m) for d, m in MARKS.items()]
+GPUS = DEVICES[1:]
 
+
+@pytest.fixture(params=DEVICES)
+def device(request, monkeypatch):
+  """tunesvc's name of the device a test runs on; tinygrad's default device is its tinygrad device meanwhile."""
+  monkeypatch.setattr(Device, "DEFAULT", tsvc.TINYGRAD_DEVICE[request.param])
+  return request.param
+
+def on_clang(f):
+  """f() by tinygrad on CLANG: every device's reference (tinygrad's own OpenCL code cannot cast to half on PoCL, which
+  has no cl_khr_fp16; tunesvc computes float16 in float registers there)."""
+  with pytest.MonkeyPatch.context() as m:
+    m.setattr(Device, "DEFAULT", "CLANG")
+    return f()
 
 @pytest.fixture
-def enabled():
-  tsvc.enable()
-  yield
+def enabled(device):
+  tsvc.enable(device=device)
+  yield device
   tsvc.disable()
 
 def programs(rng):
@@ -40,25 +67,29 @@ def programs(rng):
   }
 
 @pytest.mark.parametrize("name", list(programs(np.random.default_rng(0))))
-def test_results_match_plain_tinygrad(name):
-  want = programs(np.random.default_rng(1))[name]()
-  tsvc.enable()
+def test_results_match_plain_tinygrad(name, device):
+  want = on_clang(programs(np.random.default_rng(1))[name])
+  tsvc.enable(device=device)
   try: got = programs(np.random.default_rng(1))[name]()
   finally: tsvc.disable()
   s = tsvc.stats()
-  assert s["compiled"] > 0 and s["fallback"] == 0, s
+  assert s["compiled"] > 0 and s["fallback"] == 0 and s["runs"] >= s["compiled"], s
   assert got.dtype == want.dtype and got.shape == want.shape
   if want.dtype.kind == "f": np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # two codegens: float order differs
   else: np.testing.assert_array_equal(got, want)
 
+# the training step's 86 kernels on a GPU took ~3 minutes busy (PoCL's LLVM builds each twice): backward runs on the GPUs
+# in test_results_match_plain_tinygrad
+EXAMPLES = [pytest.param(name, d, marks=m) for name in PROGRAMS for d, m in MARKS.items() if d == "CPU" or name != "mnist_train_step"]
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(PROGRAMS))
-def test_example_style_programs_match_plain_tinygrad(name):
+@pytest.mark.parametrize("name,device", EXAMPLES, indirect=["device"])
+def test_example_style_programs_match_plain_tinygrad(name, device):
   """Programs not built for tunesvc (tests/tinygrad_examples.py): every kernel tunesvc's, the results tinygrad's."""
   Compiled.get_runner.cache_clear()  # each side compiles every kernel itself
-  want = PROGRAMS[name]()
+  want = on_clang(PROGRAMS[name])
   Compiled.get_runner.cache_clear()
-  tsvc.enable()
+  tsvc.enable(device=device)
   try: got = PROGRAMS[name]()
   finally: tsvc.disable()
   s = tsvc.stats()
@@ -68,8 +99,8 @@ def test_example_style_programs_match_plain_tinygrad(name):
 
 def test_an_out_of_range_float_to_int_cast_saturates_in_every_kernel(enabled):
   """tunesvc's defined cast (docs/kernel-format.md) where C's is undefined: the same value whether the float is loaded
-  or a constant the compiler could fold. Plain tinygrad 0.8.0 on clang has no rule to follow: every one of these
-  (NaN included) gives INT_MIN loaded (x86's cvttss2si) and 0 as `arange(1) + v`, which clang folds."""
+  or a constant the compiler could fold, on every device. Plain tinygrad 0.8.0 on clang has no rule to follow: every one
+  of these (NaN included) gives INT_MIN loaded (x86's cvttss2si) and 0 as `arange(1) + v`, which clang folds."""
   vals = [2.0**31, 3e9, -3e9, float("nan"), 1e10, -(2.0**31) - 256, 2.0**31 - 128]
   want = [2**31 - 1, 2**31 - 1, -2**31, 0, 2**31 - 1, -2**31, 2**31 - 128]
   assert Tensor(vals).cast(dtypes.int32).numpy().tolist() == want
@@ -89,18 +120,85 @@ def test_symbolic_shapes_in_tinyjit(enabled):
   assert s["fallback"] == 0 and s["compiled"] >= 1 and s["runs"] >= 5, s
   assert any(k.vars for k, _ in tsvc.kernels()), "the symbolic matmul is one kernel with a variable"
 
-def test_a_failing_compile_falls_back_to_tinygrad(enabled, monkeypatch):
+def test_a_failing_compile_falls_back_to_tinygrad(monkeypatch):
   monkeypatch.setenv("TUNESVC_CC", "/nonexistent/cc")  # tunesvc's CPU backend has no compiler: every kernel falls back
   a = np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32)
-  np.testing.assert_allclose((Tensor(a) * 2 + 1).exp().numpy(), np.exp(a * 2 + 1), rtol=1e-6)
+  tsvc.enable()
+  try: np.testing.assert_allclose((Tensor(a) * 2 + 1).exp().numpy(), np.exp(a * 2 + 1), rtol=1e-6)
+  finally: tsvc.disable()
   s = tsvc.stats()
   assert s["compiled"] == 0 and s["fallback"] >= 1 and all("not available" in r for r in s["fallback_reasons"]), s
 
-def test_disable_restores_tinygrad():
-  tsvc.enable()
+@pytest.mark.parametrize("device", GPUS, indirect=True)
+def test_a_kernel_the_format_cannot_say_runs_tinygrads_code_on_the_gpu(enabled):
+  """A cast to an image dtype (tinygrad's for Qualcomm GPUs; forced back to float32 without IMAGE=) is no kernel of the
+  format: tinygrad builds that one itself, counted, and tunesvc the next, which reads its output."""
+  a = np.random.default_rng(5).standard_normal((4, 16)).astype(np.float32)
+  got = ((Tensor(a) * 2).cast(dtypes.imagef((4, 4))).realize() + 1).numpy()
+  np.testing.assert_allclose(got, a * 2 + 1, rtol=1e-6)
+  s = tsvc.stats()
+  assert s["fallback_reasons"] == {"image dtype": 1} and s["compiled"] == 1 and s["runs"] == 1, s
+
+def test_disable_restores_tinygrad(device):
+  tsvc.enable(device=device)
   tsvc.disable()
   (Tensor.ones(3, 5) * 4).sum().numpy()
   assert tsvc.stats()["compiled"] == 0
+
+@needs_opencl
+@pytest.mark.parametrize("device", ["OPENCL"], indirect=True)
+def test_opts_are_the_opencl_devices_own(device, tmp_path):
+  """Answers cached for tunesvc's OpenCL fingerprint serve tinygrad's GPU kernels (no service is asked: nothing listens
+  at the URL) and none of the same kernels on the CPU: a device's opts are looked up by its own fingerprint."""
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((9, 40)).astype(np.float32), rng.standard_normal((40, 12)).astype(np.float32)
+  model = lambda: (Tensor(a) @ Tensor(b)).relu().softmax().numpy()
+  want = on_clang(model)
+  tsvc.enable(device="OPENCL")
+  try: model()
+  finally: tsvc.disable()
+  keys, dev = [k.key for k, _ in tsvc.kernels()], registry.get("OPENCL")
+  fp = dev.fingerprint_hash(dev.fingerprint())
+  for key in keys:  # no opts: a schedule unlike the hand-coded one (which upcasts and uses work-groups)
+    OptsCache(tmp_path).put({"kernel_key": key, "fingerprint": fp, "action_space_version": ACTION_SPACE_VERSION, "opts": []})
+  for dev_name, how in (("OPENCL", "tuned"), ("CPU", "hand_coded")):
+    with pytest.MonkeyPatch.context() as m:
+      m.setattr(Device, "DEFAULT", tsvc.TINYGRAD_DEVICE[dev_name])
+      tsvc.enable("http://127.0.0.1:9", device=dev_name, cache_dir=str(tmp_path))
+      try: got = model()
+      finally: tsvc.disable()
+    s = tsvc.stats()
+    assert s[how] == s["compiled"] == len(keys) and s["fallback"] == 0, (dev_name, s)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+@pytest.mark.skipif(cuda.available(), reason="an NVIDIA GPU is here: the CUDA tests run on it")
+def test_without_a_gpu_cuda_is_refused_clearly_and_tinygrad_runs_on():
+  before = tsvc.stats()
+  with pytest.raises(ValueError, match="'CUDA' is not available"): tsvc.enable(device="CUDA")
+  with pytest.raises(ValueError, match="not 'METAL'"): tsvc.enable(device="METAL")
+  assert (Tensor([1.0, 2.0]) * 3).numpy().tolist() == [3.0, 6.0] and tsvc.stats() == before  # plain tinygrad ran it
+
+@pytest.mark.skipif(not nvrtc.available(), reason="no NVRTC (pip install nvidia-cuda-nvrtc: the test extra has it)")
+def test_tinygrads_kernels_build_for_cuda_with_their_entry_point_and_launch():
+  """What enable(device="CUDA") builds for each kernel (runtime.build_kernel: hand-coded opts, tunesvc's CUDA renderer,
+  NVRTC), for sm_80 without a GPU: the cubin has the entry point tinygrad's CUDA runtime is asked to load, and the launch
+  line gives tinygrad's launch, symbolic in the variables in the argument order."""
+  tsvc.enable()
+  try:
+    rng = np.random.default_rng(6)
+    for f in programs(rng).values(): f()
+    vn, (x, y) = Variable("n", 1, 10).bind(5), (Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((4, 5), (5, 6)))
+    (x.reshape(4, vn) @ y.reshape(vn, 6)).realize()
+    kernels = [k for k, _ in tsvc.kernels()]
+  finally: tsvc.disable()
+  assert len(kernels) >= 10 and any(k.vars for k in kernels)
+  for k in kernels:
+    lin = Kernel(k, cuda.ARCH_OPTIONS["sm_80"])
+    hand_coded_optimizations(lin)
+    src = cuda.render(lower(lin, "kernel"))
+    assert f"void {tsvc.SYMBOL['CUDA']}(" in src and cuda.compile_for(src, "sm_80").cubin[:4] == b"\x7fELF"
+    launch = json.loads(src.splitlines()[0].removeprefix("// launch "))
+    assert launch["vars"] == [v.name for v in k.vars] and len(launch["groups"]) <= 3 and len(launch["local"]) <= 3
 
 @pytest.mark.slow
 def test_an_unmodified_script_runs_on_tunesvc(tmp_path):
@@ -115,15 +213,18 @@ def test_an_unmodified_script_runs_on_tunesvc(tmp_path):
   out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "12.0" and '"compiled": 1' in (tmp_path / "s2.json").read_text()
 
-SLICE = "test_matmul_simple or test_conv2d_bs_4_cin_1 or test_sum_full or test_max_pool2d_simple or test_pad2d or test_pad_slice or test_where"
+GPU_SLICE = ["test_matmul_simple", "test_sum_full", "test_pad2d", "test_pad_slice", "test_where"]  # a GPU's builds are slower
+SLICE = GPU_SLICE + ["test_conv2d_bs_4_cin_1", "test_max_pool2d_simple"]
 
 @pytest.mark.slow
-@pytest.mark.exhaustive  # ~45 CPU-s, and torch in a venv of its own (make test-exhaustive builds it): CI runs it, `make test` not
-def test_tinygrad_op_tests_slice_same_outcomes():
-  """A bounded slice of tinygrad's own test_ops.py against torch: the same outcome for every test, no fallback."""
-  rep = compare(["test/test_ops.py"], SLICE, timeout=900)
+@pytest.mark.exhaustive  # ~45 CPU-s (OPENCL: ~130 s busy), and torch in a venv of its own (make test-exhaustive builds it)
+@pytest.mark.parametrize("device,tests", [("CPU", SLICE), pytest.param("OPENCL", GPU_SLICE, marks=needs_opencl)])
+def test_tinygrad_op_tests_slice_same_outcomes(device, tests):
+  """A bounded slice of tinygrad's own test_ops.py against torch (-k: every test whose name holds one of `tests`): the same
+  outcome for every test, no fallback."""
+  rep = compare(["test/test_ops.py"], " or ".join(tests), timeout=900, device=device)
   assert rep["differ"] == {}, rep["differ"]
-  assert rep["tunesvc"]["passed"] >= 6 and rep["stats"]["compiled"] > 0 and rep["stats"]["fallback"] == 0, rep
+  assert rep["tunesvc"]["passed"] >= len(tests) and rep["stats"]["compiled"] > 0 and rep["stats"]["fallback"] == 0, rep
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ import functools, logging, os
 from typing import Mapping, Optional, Sequence
 import numpy as np
 from devices import registry
+from devices.base import Binary
 from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST
 from linearizer.heuristic import hand_coded_optimizations
@@ -29,14 +30,20 @@ def opts_for(kernel: KernelAST, device: str = "CPU", client=None, submit: bool =
   return client.opts_for(kernel, dev.fingerprint_hash(dev.fingerprint()), ACTION_SPACE_VERSION, submit)
 
 
-def compile_kernel(kernel: KernelAST, device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None):
-  """(source, program, opts) for the kernel under `opts` (None: the hand-coded ones); OptError for an illegal schedule."""
+def build_kernel(kernel: KernelAST, device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None) -> tuple[str, Binary, list[Opt]]:
+  """(source, its build, opts) for the kernel, its entry point named `kernel`, under `opts` (None: the hand-coded
+  ones), not loaded: a program of another owner of the device may load it; OptError for an illegal schedule."""
   dev = registry.get(device)
   k = Kernel(kernel, dev.options())
   if opts is None: hand_coded_optimizations(k)
   else: k.apply_opts(opts)
   src = dev.render(lower(k, "kernel"))
-  return src, dev.Program(dev.compile(src), "kernel"), k.applied_opts
+  return src, dev.compile(src), k.applied_opts
+
+def compile_kernel(kernel: KernelAST, device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None):
+  """(source, program, opts) for the kernel under `opts` (None: the hand-coded ones); OptError for an illegal schedule."""
+  src, binary, applied = build_kernel(kernel, device, opts)
+  return src, registry.get(device).Program(binary, "kernel"), applied
 
 
 def run_kernel(kernel: KernelAST, buffers: Sequence[np.ndarray], device: str = "CPU", opts: Optional[Sequence[Opt | dict]] = None,
