@@ -678,3 +678,24 @@ def test_models_are_paged(api):
   rest = api.get("/v1/models/m007", params={"offset": 2}, headers=SUB).json()
   assert [k["key"] for k in rest["detail"]] == [ks[2].key] and rest["next_offset"] is None
   assert api.get("/v1/models/nope", headers=SUB).status_code == 404
+
+
+def test_a_result_of_another_action_space_version_is_confirmed_by_a_newer_worker_and_must_be_the_one_asked_for(tmp_path):
+  """A report names its action-space version. One no worker runs (a stolen token's forgery said 1 where every worker runs
+  2; an old worker's report after the fleet moved on) queued its confirm job for that version only: no worker ever claimed
+  it (chaos on PostgreSQL: queued through the whole settle window), the search stayed done and unserved, and the kernel's
+  resubmissions shared that job. A worker of a newer version can measure the opts of an older one (versions only add)."""
+  with make_client(tmp_path, confirm_on_other_worker=True) as api:
+    k, (fp, h) = example("sum_all"), cpu_fingerprint()
+    job, = submit(api, [k])
+    thief, honest = register(api, "thief"), register(api, "honest", token="adm")
+    assert claim(api, thief)["job_id"] == job["job_id"]  # claimed without saying its version: any job
+    assert (r := report(api, thief, job, best_s=1e-5, version=1)).status_code == 200, r.text  # invented, plausible
+    for v, expect in ((0, None), (1, "confirm"), (2, "confirm")):  # an older worker cannot apply newer opts; a newer one can
+      r = api.post(f"/v1/workers/{honest}/claim", json={"action_space_version": v}, headers=W(honest))
+      assert (r.json()["kind"] if r.status_code == 200 else None) == expect, (v, r.status_code)
+      if expect: assert api.post(f"/v1/workers/{honest}/release", json={"job_id": r.json()["job_id"]}, headers=W(honest)).status_code == 200
+    asked, = submit(api, [example("matmul_512")], search={"action_space_version": 2})
+    assert claim(api, thief)["job_id"] == asked["job_id"]
+    r = report(api, thief, asked, version=1)
+    assert r.status_code == 422 and "action-space version" in r.text, r.text  # the job asked for 2

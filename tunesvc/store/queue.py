@@ -1,7 +1,9 @@
 """The job lifecycle: submit, claim under a lease, heartbeat, report a result or a failure, release, expiry.
 
 Claims: the oldest queued job of the highest priority whose selector (a backend name or an exact fingerprint hash) matches
-the worker's fingerprint and, where the job's settings name an action-space version, whose version is the worker's. On
+the worker's fingerprint and, where the job's settings name an action-space version, whose version is the worker's (a
+confirm job's: the worker's or an older one -- versions only add opts, so a newer worker applies an older result's, and
+a result of a version no worker runs any more must not wait for one forever). On
 PostgreSQL the row is taken with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claimers each get another job without
 waiting; on SQLite every write transaction is BEGIN IMMEDIATE, so claims run one at a time.
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import hashlib, hmac, json, time
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
-from sqlalchemy import delete, func, or_, select, text
+from sqlalchemy import and_, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST, load
 from search.result import SearchResult
@@ -173,7 +175,8 @@ def expire(st: Store) -> int:
 
 def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optional[int] = None,
           key: Optional[str] = None) -> tuple[Job, Kernel] | None:
-  """The next job for the worker's fingerprint; with its action-space version, none that asks for another version."""
+  """The next job for the worker's fingerprint; with its action-space version, no search that asks for another version
+  and no confirmation of a newer one."""
   t = time.time()
   with st.write() as s:
     w, fp = _worker(s, worker_id, key)
@@ -184,7 +187,7 @@ def claim(st: Store, worker_id: int, lease_s: float, action_space_version: Optio
     if w.registrant is not None: q = q.where(or_(Job.avoid_registrant.is_(None), Job.avoid_registrant != w.registrant))
     if action_space_version is not None:
       asked = Job.settings["action_space_version"].as_integer()
-      q = q.where(or_(asked.is_(None), asked == action_space_version))
+      q = q.where(or_(asked.is_(None), asked == action_space_version, and_(Job.kind == JobKind.CONFIRM, asked < action_space_version)))
     got = s.execute(q.order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(of=Job, skip_locked=True)).first()
     w.last_heartbeat, w.state = t, WorkerState.IDLE if got is None else WorkerState.BUSY
     if got is None: return None
@@ -247,6 +250,8 @@ def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.P
     raise Invalid(f"the result's fingerprint {r.fingerprint_hash} is not worker {w.id}'s {fp.hash}")
   if fp.options is None: raise Invalid(f"worker {w.id}'s fingerprint has no registered LinearizerOptions: register the worker again")
   if job.kind == JobKind.CONFIRM and r.best_opts != job.settings["opts"]: raise Invalid(f"confirm job {job_id} measures other opts than these")
+  if job.kind == JobKind.TUNE and (asked := job.settings.get("action_space_version")) is not None and r.action_space_version != asked:
+    raise Invalid(f"the result is of action-space version {r.action_space_version}, job {job_id} asked for {asked}")
   try: proof.check(load(kernel.document), proof.options_of(fp.options), r, pf)
   except proof.Unproven as e: raise Invalid(f"job {job_id}: {e}") from None
 
