@@ -6,6 +6,7 @@ service: every job (searches and their confirmations) ended done or failed with 
 search failed with a reason, none was searched into two results, and nothing the thief reported or confirmed is served.
 
   python bench/chaos.py --db sqlite|postgres [--jobs 12] [--apis 2] [--workers 4] [--seconds 120] [--settle 240] [--seed 0]
+                        [--on-busy store|refuse]
 
 The kernels are submitted in three waves, a third of --seconds apart, so that there is work while the faults come. Each
 worker slot has a worker token of its own (a fleet's machines each have one) and confirmations must come from another
@@ -92,8 +93,8 @@ def forge(urls: list[str], rng: random.Random, counts: dict) -> None:
       done = [j for j in user.jobs(state="done", limit=20)["jobs"] if j["kind"] == "tune"][:1]
       for j, as_worker, what in [(j, j["worker_id"], "impersonated") for j in held] + [(j, wid, "replayed") for j in done]:
         try:
-          via.report(as_worker, j["job_id"], forged_result(load(user.kernel(j["kernel_key"])["document"]), 1e-7))
-          tally(f"{what}_accepted")
+          got = via.report(as_worker, j["job_id"], forged_result(load(user.kernel(j["kernel_key"])["document"]), 1e-7))
+          tally(f"{what}_{'duplicate' if got.get('duplicate') else 'accepted'}")  # a duplicate: its own report, nothing written
         except ServiceError as e: tally(f"{what}_refused_{e.status}")
     except (httpx.HTTPError, ServiceError): tally("thief_errors")  # the API process it picked was away
 
@@ -111,7 +112,12 @@ def verdict(c: Client, ks, submitted: list[dict], thieves: set[int]) -> dict:
   """What the service says happened, checked."""
   jobs = all_jobs(c)
   h = cpu.fingerprint_hash(cpu.fingerprint())
-  out: dict = {"unended": [j["job_id"] for j in jobs if j["state"] not in ENDED],
+  # an unended job, told apart: running under a live lease (a worker is on it and beating: slow, the settle window too short
+  # for this machine's load), running past its lease (nothing swept it: a bug), or queued (nobody claimed it)
+  now = time.time()
+  out: dict = {"unended": [{"job_id": j["job_id"], "kind": j["kind"], "state": j["state"], "worker": j["worker_id"], "attempts": j["attempts"],
+                            "lease_left_s": None if j["lease_expires"] is None else round(j["lease_expires"] - now, 1)}
+                           for j in jobs if j["state"] not in ENDED],
                "failed_without_reason": [j["job_id"] for j in jobs if j["state"] == "failed" and not j["error"].strip()],
                "doubled": [], "unserved": [], "forged_served": []}
   mine = {j["job_id"] for j in submitted}
@@ -137,6 +143,7 @@ def verdict(c: Client, ks, submitted: list[dict], thieves: set[int]) -> dict:
 
 def run(args) -> dict:
   rng = random.Random(args.seed)
+  ENV["TUNESVC_ON_BUSY"] = args.on_busy
   dbname = None
   if args.db == "postgres":
     dbname = f"chaos_{uuid.uuid4().hex[:10]}"
@@ -213,7 +220,8 @@ def run(args) -> dict:
   # a report under another worker's id, or a done job's again, is never taken
   ok = not (out["unended"] or out["failed_without_reason"] or out["doubled"] or out["unserved"] or out["forged_served"]
             or counts.get("impersonated_accepted") or counts.get("replayed_accepted"))
-  return {"db": args.db, "jobs": args.jobs, "apis": args.apis, "workers": args.workers, "chaos_s": round(chaos_s, 1), "seconds": round(elapsed, 1),
+  return {"db": args.db, "on_busy": args.on_busy, "jobs": args.jobs, "apis": args.apis, "workers": args.workers, "chaos_s": round(chaos_s, 1),
+          "seconds": round(elapsed, 1),
           **{k: v for k, v in counts.items() if k != "thieves"}, "thieves": len(counts["thieves"]), **out, "ok": ok}
 
 
@@ -226,6 +234,8 @@ def main() -> int:
   p.add_argument("--seconds", type=float, default=120.0, help="the chaos stops by then (or once every job has ended)")
   p.add_argument("--settle", type=float, default=240.0, help="then the jobs left may take this long to end (the verdict follows)")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--on-busy", choices=["store", "refuse"], default="store",
+                 help="the workers' TUNESVC_ON_BUSY: refuse waits for a quiet machine (on a loaded one, minutes a job)")
   args = p.parse_args()
   print(open("/proc/loadavg").read().strip(), "(load before)", file=sys.stderr)
   out = run(args)
