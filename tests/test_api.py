@@ -699,3 +699,13 @@ def test_a_result_of_another_action_space_version_is_confirmed_by_a_newer_worker
     assert claim(api, thief)["job_id"] == asked["job_id"]
     r = report(api, thief, asked, version=1)
     assert r.status_code == 422 and "action-space version" in r.text, r.text  # the job asked for 2
+
+
+def test_every_answer_says_its_content_type_is_meant_and_may_not_be_framed(api):
+  """A JSON answer quotes what callers sent (a kernel's name, a path): with nosniff a browser never takes it for a page,
+  and no answer may be framed by another site (the dashboard's buttons under someone else's)."""
+  k, h = example("sum_all"), cpu_fingerprint()[1]
+  for r in (api.get("/healthz"), api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}), api.get("/v1/jobs"), api.get("/v1/jobs", headers=SUB),
+            api.get("/static/dashboard.js"), api.get("/docs"), api.post("/v1/opts/lookup", content=b"<script>", headers={"content-type": "text/html"})):
+    assert r.headers.get("x-content-type-options") == "nosniff" and r.headers.get("x-frame-options") == "DENY", (r.request.url, r.headers)
+    assert r.headers.get("referrer-policy") == "no-referrer"

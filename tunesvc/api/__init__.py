@@ -7,6 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy import exc, text
 from starlette.exceptions import HTTPException
 from tunesvc.api import admin, dashboard, kernels, opts, programs, status, workers
@@ -31,6 +32,21 @@ async def invalid_request(_: Request, e: Exception) -> ASCIIJSON:
     return error(400, f"malformed JSON at character {bad['loc'][-1]}: {bad.get('ctx', {}).get('error', 'cannot parse')}")
   # loc, msg and type only: the input and ctx may hold values JSON cannot carry (NaN from 1e999)
   return error(422, [{"loc": list(x["loc"]), "msg": x["msg"], "type": x["type"]} for x in errs])
+
+
+class SecurityHeaders:
+  """On every answer: a browser takes its content type as given (a JSON answer quoting a caller's kernel name or path is
+  never sniffed into a page), no other site may frame it (the dashboard's buttons under someone else's page), and no
+  page of ours hands its address to another site."""
+  HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer")]
+  def __init__(self, app: ASGIApp): self.app = app
+
+  async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http": return await self.app(scope, receive, send)
+    async def send_with(msg):
+      if msg["type"] == "http.response.start": msg["headers"] = [*msg.get("headers", ()), *self.HEADERS]
+      await send(msg)
+    await self.app(scope, receive, send_with)
 
 
 RETRY_AFTER_S = 5
@@ -73,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   # without tokens every caller may do everything: a web page whose name was rebound to this address (DNS rebinding) would
   # be one, its requests same-origin to the browser; they carry its name as Host, so only the service's own names pass
   if not settings.tokens: app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts), www_redirect=False)
+  app.add_middleware(SecurityHeaders)
   app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # added last: outermost, so it counts the fast lookups too
   app.add_exception_handler(RequestValidationError, invalid_request)
   app.add_exception_handler(HTTPException, lambda _, e: error(e.status_code, e.detail, e.headers))
