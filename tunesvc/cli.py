@@ -345,8 +345,11 @@ def demo(url: str, token: Optional[str], budget_s: float) -> int:
   from tunesvc.client import Client
   kernels = examples()
   with Client(url, token) as c, Progress(console=Console(stderr=True), transient=True) as bar:
+    task = bar.add_task("starting the CPU worker", total=None)
+    deadline = time.monotonic() + 60  # its spawn and imports: submitted before it registers, the jobs would be said to wait for none
+    while not c.http.get("/v1/workers").json().get("workers") and time.monotonic() < deadline: time.sleep(0.2)
     jobs = c.submit(list(kernels.values()), "CPU", {"budget_s": budget_s})
-    task = bar.add_task(f"tuning {len(jobs)} example kernels", total=len(jobs))
+    bar.update(task, description=f"tuning {len(jobs)} example kernels", total=len(jobs))
     while True:
       states = [c.job(j["job_id"]) for j in jobs]
       bar.update(task, completed=sum(j["state"] in ENDED for j in states))
