@@ -66,6 +66,8 @@ def test_hipcc_builds_every_op_cast_and_reduction_of_every_dtype_scalar_and_vect
 
 
 @pytest.mark.skipif(HIPCC is None, reason="no hipcc (Debian: apt-get install hipcc; make test does as root)")
+@pytest.mark.slow
+@pytest.mark.exhaustive  # ~20 CPU-s of hipcc over 100 corpus cases; CI runs it (the corner kernels above cover every form in make test)
 def test_hipcc_builds_a_corpus_sample_under_random_gpu_schedules(tmp_path):
   cases = [draw_case(c, load(c.doc), OPTIONS, 2**62) for c in R.cases(seed=1, per_kernel=3, sample=100)]
   srcs = sources((load(c.doc).rebased(), c.opts) for c in cases)
