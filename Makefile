@@ -3,6 +3,9 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST := $(VENV)/bin/python -m pytest -q
+# over every core; work stealing, since a few tests take a minute of CPU and most a fraction of a second: an idle worker
+# takes from a busy one's queue instead of waiting at the end with the longest test queued behind it
+XDIST := -n auto --dist worksteal
 # tinygrad 0.8.0's own tests (from its source distribution) compare against torch, which tunesvc never needs: they run in
 # a venv of their own with torch 2.13 (CPU), tinygrad, and tunesvc's runtime dependencies (the checkout is on PYTHONPATH).
 TG_VENV := .venv-tinygrad-tests
@@ -21,17 +24,17 @@ demo: $(STAMP)
 # The suite, as CI runs it: every test but the timing-dependent and the exhaustive ones spread over the cores
 # (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on.
 test: $(STAMP) deps
-	$(PYTEST) -n auto -m "not timing and not exhaustive" $(PYTEST_ARGS)
+	$(PYTEST) $(XDIST) -m "not timing and not exhaustive" $(PYTEST_ARGS)
 	$(PYTEST) -m timing $(PYTEST_ARGS)
 
 # The checks of every input and every corpus kernel (~5 CPU-minutes), and a slice of tinygrad's own tests against torch
 # (its venv, torch included, is built on first use: `make test` never needs it): CI runs them after `make test` (.ci/run).
 test-exhaustive: $(STAMP) $(TG_STAMP)
-	$(PYTEST) -n auto -m exhaustive $(PYTEST_ARGS)
+	$(PYTEST) $(XDIST) -m exhaustive $(PYTEST_ARGS)
 
 # While working: neither the slow tier nor the timing one (see the markers in pyproject.toml).
 test-quick: $(STAMP)
-	$(PYTEST) -n auto -m "not slow and not timing and not exhaustive" $(PYTEST_ARGS)
+	$(PYTEST) $(XDIST) -m "not slow and not timing and not exhaustive" $(PYTEST_ARGS)
 
 # ruff and mypy, configured in pyproject.toml ([tool.ruff], [tool.mypy]: which packages, and the modules not yet type-clean);
 # CI runs it before the suite, and fails on a finding.
