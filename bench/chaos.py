@@ -17,7 +17,7 @@ touches no one else's. The workers time with TUNESVC_ON_BUSY=store: they share t
 one's search is the others' load, and refusing to time (search/settings.py OnBusy) would leave nothing to confirm.
 """
 from __future__ import annotations
-import argparse, json, os, random, signal, socket, subprocess, sys, tempfile, time, uuid
+import argparse, collections, json, os, random, signal, socket, subprocess, sys, tempfile, time, uuid
 from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, text
@@ -85,8 +85,8 @@ def forge(urls: list[str], rng: random.Random, counts: dict) -> None:
       for j in targets:
         ast = load(user.kernel(j["kernel_key"])["document"])
         try:
-          via.report(wid, j["job_id"], forged_result(ast, 1e-30 if rng.random() < 0.5 else 1e-7))  # impossible, or merely invented
-          tally("forged_accepted")
+          got = via.report(wid, j["job_id"], forged_result(ast, 1e-30 if rng.random() < 0.5 else 1e-7))  # impossible, or merely invented
+          tally(f"forged_{'duplicate' if got.get('duplicate') else 'accepted'}")  # the queued job it then claimed: a repeat
         except ServiceError as e: tally(f"forged_refused_{e.status}")
       # someone else's work: a job another worker holds, reported under that worker's id; a done job reported again
       held = [j for j in user.jobs(state="running", limit=20)["jobs"] if j["kind"] == "tune" and j["worker_id"] not in counts["thieves"]][:1]
@@ -119,7 +119,7 @@ def verdict(c: Client, ks, submitted: list[dict], thieves: set[int]) -> dict:
                             "lease_left_s": None if j["lease_expires"] is None else round(j["lease_expires"] - now, 1)}
                            for j in jobs if j["state"] not in ENDED],
                "failed_without_reason": [j["job_id"] for j in jobs if j["state"] == "failed" and not j["error"].strip()],
-               "doubled": [], "unserved": [], "forged_served": []}
+               "doubled": [], "unserved": [], "forged_served": [], "thief_results": collections.Counter()}
   mine = {j["job_id"] for j in submitted}
   for k in ks:
     detail = c.kernel(k.key)
@@ -127,6 +127,8 @@ def verdict(c: Client, ks, submitted: list[dict], thieves: set[int]) -> dict:
     tune_results = [r for r in detail["results"] if kind[r["job_id"]]["kind"] == "tune"]
     done_tunes = [j for j in detail["jobs"] if j["kind"] == "tune" and j["state"] == "done"]
     if len({r["job_id"] for r in tune_results}) != len(tune_results) or len(done_tunes) > 1: out["doubled"].append(k.key)
+    for r in detail["results"]:  # what became of each result the thief's workers stored (a search's, or a confirm's measurement)
+      if r["worker_id"] in thieves: out["thief_results"][f'{kind[r["job_id"]]["kind"]}_{r["status"]}'] += 1
     served = c.lookup(h, [k.key])[0]
     if served is None:
       if not any(j["state"] == "failed" and j["error"].strip() for j in detail["jobs"] if j["job_id"] in mine): out["unserved"].append(k.key)
