@@ -15,7 +15,8 @@ KEYS = {"kernel_key", "device", "fingerprint", "action_space_version", "baseline
 @pytest.mark.slow
 def test_tune_every_example_to_a_verified_winner_then_serve_it_from_the_cache(tmp_path, monkeypatch, capsys):
   monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
-  args = ["tune", *EXAMPLES, "--json", "--beam", "2", "--budget-candidates", "10"]
+  # what the search finds and keeps, not how precisely it times (test_search's FAST settings): short timings
+  args = ["tune", *EXAMPLES, "--json", "--beam", "2", "--budget-candidates", "10", "--min-time-s", "0.005", "--final-rounds", "3"]
   assert main(args) == 0
   first = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
   assert len(first) == len(EXAMPLES) > 10
@@ -55,3 +56,10 @@ def test_tune_rejects_an_unknown_device(capsys):
   try: main(["tune", EXAMPLES[0], "--device", "NOPE"])
   except SystemExit as e: assert e.code == 2
   assert "not available" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,value,says", [("--min-time-s", "0", "0.0 is not at least 0.001"), ("--beam", "0", "0 is not at least 1"),
+                                             ("--final-rounds", "101", "101 is not at most 100"), ("--budget-s", "-1", "-1.0 is not more than 0")])
+def test_tune_refuses_settings_outside_the_bounds_a_job_is_held_to(capsys, flag, value, says):
+  with pytest.raises(SystemExit) as e: main(["tune", EXAMPLES[0], flag, value])
+  assert e.value.code == 2 and f"ERROR {flag}: {says}" in capsys.readouterr().err

@@ -212,6 +212,15 @@ def _strategy_args(p) -> None:
                  "trained on the search's own measurements ranks fastest")
   p.add_argument("--measure-top", type=int, help="with --strategy model: children measured a round")
 
+def out_of_bounds(settings: dict) -> Optional[tuple[str, str]]:
+  """(name, why) of the first setting outside the bounds a job's would be held to (search/settings.py), or None."""
+  from search.settings import JOB_FIELDS
+  tests = {"gt": (float.__gt__, "more than"), "ge": (float.__ge__, "at least"), "lt": (float.__lt__, "less than"), "le": (float.__le__, "at most")}
+  for name, value in settings.items():
+    for bound, limit in JOB_FIELDS.get(name, (None, None, {"bounds": {}}))[2]["bounds"].items():
+      if not tests[bound][0](float(value), float(limit)): return name, f"{value} is not {tests[bound][1]} {limit}"
+  return None
+
 def cmd_tune(args) -> int:
   from rich.table import Table
   from linearizer import ACTION_SPACE_VERSION
@@ -221,8 +230,11 @@ def cmd_tune(args) -> int:
   from search.tune import DeviceBusy, SearchError, tune
   try: dev = registry.get(args.device)
   except ValueError as e: _fail(f"ERROR --device: {e}")
-  settings = SearchSettings.from_json({"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, "seed": args.seed,
-                                       **_strategy_flags(args)})
+  given = {"beam": args.beam, "budget_s": args.budget_s, "budget_candidates": args.budget_candidates, "seed": args.seed,
+           "min_time_s": args.min_time_s, "final_rounds": args.final_rounds, **_strategy_flags(args)}
+  given = {k: v for k, v in given.items() if v is not None}
+  if bad := out_of_bounds(given): _fail(f"ERROR --{bad[0].replace('_', '-')}: {bad[1]}")
+  settings = SearchSettings.from_json(given)
   fp_hash = dev.fingerprint_hash(dev.fingerprint())
   cache = ResultCache()
   progress = TuneProgress()
@@ -585,6 +597,8 @@ def parser() -> argparse.ArgumentParser:
   t.add_argument("--budget-candidates", type=int, help="candidates measured per kernel, at most")
   _strategy_args(t)
   t.add_argument("--seed", type=int, default=0, help="seed of the input data")
+  t.add_argument("--min-time-s", type=float, help="measured time per candidate, seconds (default 0.05): less is quicker and noisier")
+  t.add_argument("--final-rounds", type=int, help="interleaved re-timings of the finalists against the baseline (default 7)")
   t.add_argument("--json", action="store_true", help="one JSON object per kernel")
   t.add_argument("--no-cache", action="store_true", help="search even where a cached result exists (and replace it)")
   t.add_argument("--server", metavar="URL", help="submit to this service instead (model files from `tunesvc capture` too) and follow the jobs")
