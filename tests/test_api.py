@@ -709,3 +709,14 @@ def test_every_answer_says_its_content_type_is_meant_and_may_not_be_framed(api):
             api.get("/static/dashboard.js"), api.get("/docs"), api.post("/v1/opts/lookup", content=b"<script>", headers={"content-type": "text/html"})):
     assert r.headers.get("x-content-type-options") == "nosniff" and r.headers.get("x-frame-options") == "DENY", (r.request.url, r.headers)
     assert r.headers.get("referrer-policy") == "no-referrer"
+
+
+def test_a_fingerprint_registers_only_its_own_devices_linearizer_options(api):
+  """The first worker of a fingerprint registers the LinearizerOptions its results are checked against, and every later
+  one must send the same: a CUDA fingerprint registered first with the CPU's options (or a CPU one with a GPU's) would
+  check that device's reports against another device's rules, and refuse every honest worker of it."""
+  fp, h = cpu_fingerprint()
+  for name, f, fh, options in (("cpu-as-cuda", fp, h, CUDA_OPTIONS), ("cuda-as-cpu", CUDA_FP, CUDA_HASH, cpu_options())):
+    r = api.post("/v1/workers", json={"name": name, "device": "X", "fingerprint": f, "fingerprint_hash": fh, "options": options}, headers=WRK)
+    assert r.status_code == 422 and "another device's" in r.text, r.text
+  assert register(api, "cuda", CUDA_FP, CUDA_HASH, CUDA_OPTIONS) and register(api)  # each its own: registered

@@ -124,8 +124,12 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
   `key`: what its later calls must carry (kept as its sha256); `registrant`: the credentials it registered with."""
   t = time.time()
   if fingerprint_hash != (h := settings_hash(fingerprint)): raise Invalid(f"fingerprint_hash {fingerprint_hash} is not the fingerprint's hash {h}")
-  try: proof.options_of(options)
+  try: device = proof.options_of(options).device
   except proof.Unproven as e: raise Invalid(str(e)) from None
+  # a device's options name it as its fingerprint does: another device's would check its reports by the wrong rules, and
+  # registered first, refuse every honest worker of this one
+  if device != (backend := fingerprint["backend"]):
+    raise Invalid(f"options: another device's LinearizerOptions ({device}) for a {backend} fingerprint")
   with st.write() as s:
     s.execute(st.insert(Fingerprint).values(hash=fingerprint_hash, backend=fingerprint["backend"], json=fingerprint, options=options)
               .on_conflict_do_nothing())
