@@ -105,7 +105,8 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
   blocks = [i for i in lo.outer if i < k.thread_dims + k.block_dims]  # packed copies are made inside these, per block
   with lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0) for i in blocks]):
     lo.pack()
-    with lo.scope(lo.loops(range(k.thread_dims + k.block_dims, lo.fr))): lo.body()
+    inner = [i for i in lo.outer if i >= k.thread_dims + k.block_dims]  # on a GPU the launch's axes are no loops
+    with lo.scope([(lo.loop_vars[i], lo.full[i], 0) for i in inner]): lo.body()
   launch = tuple(s for _, s in lo.gdims), tuple(concrete(s) for _, s in lo.ldims)  # LOCAL and GROUP split int sizes
   return Program(name, _fuse_mulacc(lo.uops, lo.sums), bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
 
