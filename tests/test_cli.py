@@ -146,3 +146,8 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(cmd):
   p.stdout.close()  # before the command writes a line
   err = p.stderr.read()
   assert p.wait(300) == 1 and err == "", err
+
+
+def test_a_state_outside_the_set_is_refused_naming_the_states():
+  r = tunesvc("jobs", "--state", "finished")
+  assert r.returncode == 2 and "invalid choice: 'finished' (choose from 'queued', 'running', 'done', 'failed')" in r.stderr, r.stderr
