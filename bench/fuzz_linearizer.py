@@ -40,7 +40,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--per-kernel", type=int, default=0, metavar="N", help="N cases for every kernel of the pool instead of --cases")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--corpus", action="append", metavar="PATH", help=f"a kernel file (.json, .jsonl, .jsonl.gz) or a directory of "
-                 f".json files; repeatable (default: {CORPUS.relative_to(ROOT.parent)} and examples/kernels)")
+                 f".json files; repeatable (default: {CORPUS.relative_to(ROOT)} and examples/kernels)")
   p.add_argument("--builders", type=int, default=250, help="random builder kernels in the pool (default 250)")
   p.add_argument("--device", default="CPU")
   p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

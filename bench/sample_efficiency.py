@@ -26,7 +26,7 @@ from search.result import SearchResult, Status
 from search.settings import SearchSettings
 from search.tune import tune
 
-CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # beside the checkout, as tests/conftest.py
+CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in the checkout, as tests/conftest.py
 
 
 def pick(n: int, seed: int, lo: int, hi: int) -> list:

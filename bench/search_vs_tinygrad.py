@@ -44,7 +44,7 @@ from search.settings import SearchSettings
 from search.tune import DeviceBusy, SearchError, tune
 from tunesvc.runtime import compile_kernel
 
-CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # beside the checkout, as tests/conftest.py
+CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in the checkout, as tests/conftest.py
 CORPUS_PICK = dict(reduce=6, elementwise=4, seed=0, min_positions=1 << 16, max_positions=1 << 22)
 # tinygrad computes these with its own approximations, an ulp from libm's; in GELU's backward kernels that ulp grows past
 # the check's tolerance (the reference itself fails it with every EXP2 one ulp high), so the chosen kernels have none

@@ -19,7 +19,7 @@ from search.pool import die_with_parent
 from tunesvc.cli import read_documents
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"
+CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"
 EXAMPLES = ROOT / "examples" / "kernels"
 ASAN_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer")
 MAX_MESSAGE = 2000
