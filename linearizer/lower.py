@@ -33,15 +33,20 @@ from linearizer.symbolic import Var, concrete, ge, land, lt, simplify_valid, sim
 #      WMMA (src: acc, A's fragment, B's; arg: TensorCore; vec: C's elements) D = A @ B + C of the warp's tile into acc,
 #      like ACC. GEP (src: a vector; arg: lane) one lane of it.
 #      A LOAD's or STORE's buf is an int for a kernel argument, a DEFINE_LOCAL's name for local memory.
-# What lanes may carry as vectors: float32/float64 arithmetic, which C vector extensions do lane by lane as the scalar
-# ops do; float16 only loaded, stored, reduced and converted (its arithmetic rounds per op through float32); bool
-# only as masks from comparisons and casts, feeding a WHERE or a cast back to a float. EXP2/LOG2/SIN: the renderer's
-# vector function where it has one (C: linearizer.vecmath's, float32), else lane by lane; SQRT and RECIP (exact, as
-# scalars) the ISA's vector sqrt and division where the language has them, else lane by lane.
-VEC_ARITH, VEC_MEMORY = ("float32", "float64"), ("float16", "float32", "float64")
-VEC_ALU = ("ADD", "SUB", "MUL", "DIV", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE", "EXP2", "LOG2", "SIN", "SQRT", "RECIP")
+# What lanes may carry as vectors: float32/float64 and integer arithmetic, which C vector extensions do lane by lane as
+# the scalar ops do (integers wrap: -fwrapv); float16 only loaded, stored, reduced and converted (its arithmetic rounds
+# per op through float32); bool only as masks from comparisons and casts, feeding a WHERE or a cast. EXP2/LOG2/SIN: the
+# renderer's vector function where it has one (C: linearizer.vecmath's, float32), else lane by lane; SQRT and RECIP
+# (exact, as scalars) the ISA's vector sqrt and division where the language has them, else lane by lane. Ops whose
+# scalar C spells out the reference semantics with branches or a libm call (lane_by_lane) are computed lane by lane:
+# each lane's scalar op on the operands' lanes, gathered into a vector, so that they do not keep the rest scalar.
+INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+VEC_ARITH, VEC_MEMORY = ("float32", "float64", *INTS), ("float16", "float32", "float64", *INTS)
+VEC_ALU = {"f": ("ADD", "SUB", "MUL", "DIV", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE", "EXP2", "LOG2", "SIN", "SQRT", "RECIP"),
+           "i": ("ADD", "SUB", "MUL", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE", "XOR")}  # by the operands' kind: float, int
 VEC_CASTS = {("float16", "float32"), ("float32", "float16"), ("float32", "float64"), ("float64", "float32"),
-             ("float32", "bool"), ("float64", "bool"), ("bool", "float32"), ("bool", "float64")}
+             ("float32", "bool"), ("float64", "bool"), ("bool", "float32"), ("bool", "float64"),
+             *((a, b) for a in INTS for b in (*INTS, "float16", "float32", "float64", "bool")), *(("bool", b) for b in INTS)}
 FMA_DTYPES = ("float32", "float64")  # float16/bfloat16 round every op, as the reference does: never fused
 ACC_CHAINS = 8  # accumulators enough to hide an FMA's latency (4 cycles, 2 a cycle): each product goes straight in
 
@@ -224,11 +229,18 @@ class _Lowering:
       if W > 1: r = self.emit(UOp(UOps.VBROADCAST, node.dtype, (r,), None, W))
     else:
       src = tuple(self.value(s, lane, memo) for s in node.src)
-      folded = _fold(node, src, self.uops) if W == 1 and all(self.uops[s].op is UOps.CONST for s in src) else None
-      r = self.const(folded, node.dtype) if folded is not None else \
-        self.emit(UOp(UOps.CAST, node.dtype, src, node.arg.bitcast, W) if node.op == "CAST" else UOp(UOps.ALU, node.dtype, src, node.op, W))
+      # an op on broadcasts is one scalar op, broadcast (not a comparison: a mask's lanes are -1, a bool is 1)
+      if W > 1 and node.dtype != bool_ and all(self.uops[s].op is UOps.VBROADCAST for s in src):
+        r = self.emit(UOp(UOps.VBROADCAST, node.dtype, (self.op(node, tuple(self.uops[s].src[0] for s in src), 1),), None, W))
+      else: r = self.op(node, src, W)
     memo[key] = r
     return r
+
+  def op(self, node: LazyOp, src: tuple[int, ...], w: int) -> int:
+    """`node`'s ALU op or CAST on `w` lanes of `src`, folded where they are constants."""
+    folded = _fold(node, src, self.uops) if w == 1 and all(self.uops[s].op is UOps.CONST for s in src) else None
+    if folded is not None: return self.const(folded, node.dtype)
+    return self.emit(UOp(UOps.CAST, node.dtype, src, node.arg.bitcast, w) if node.op == "CAST" else UOp(UOps.ALU, node.dtype, src, node.op, w))
 
   # ---- the passes inside the outer loops
   def pack(self) -> None:
@@ -470,10 +482,18 @@ def _fuse_mulacc(uops: list[UOp], sums: set[int]) -> list[UOp]:
   return out
 
 
+def lane_by_lane(op: str, src: DType, dst: DType) -> bool:
+  """Whether a vector's op (an ALU op or CAST, from `src` lanes to `dst` lanes) is computed lane by lane: integer DIV
+  and MOD (by 0 and -1 defined), float MOD (fmod) and float-to-int casts (saturating, NaN to 0)."""
+  if op == "CAST": return src.name in VEC_MEMORY and src.is_float and dst.name in INTS
+  return (op == "MOD" or op == "DIV" and src.is_int) and src.name in VEC_ARITH
+
 def _vector_node(n: LazyOp) -> bool:
-  if n.op == "CAST": return not n.arg.bitcast and (n.src[0].dtype.name, n.dtype.name) in VEC_CASTS
+  if n.op == "CAST": return not n.arg.bitcast and ((n.src[0].dtype.name, n.dtype.name) in VEC_CASTS or lane_by_lane("CAST", n.src[0].dtype, n.dtype))
   if n.op in ("LOAD", "CONST", "STORE", "REDUCE"): return n.dtype.name in VEC_MEMORY
-  return n.op in VEC_ALU and all(s.dtype.name in VEC_ARITH for s in (n.src[1:] if n.op == "WHERE" else n.src))  # WHERE: a mask, 2 floats
+  srcs = n.src[1:] if n.op == "WHERE" else n.src  # WHERE: a mask, 2 values
+  if lane_by_lane(n.op, srcs[0].dtype, n.dtype): return True
+  return all(s.dtype.name in VEC_ARITH for s in srcs) and n.op in VEC_ALU["f" if srcs[0].dtype.is_float else "i"]
 
 def vector_widths(ast: KernelAST, options: LinearizerOptions) -> tuple[int, ...]:
   """The lane counts this kernel's lanes can be carried as vectors of: none unless every node can be (on this device:

@@ -16,7 +16,8 @@ class LinearizerOptions:
   # vectors: float4 loads/stores, and every width in float32 elements the ISA handles natively
   supports_float4: bool = True
   float_vector_widths: tuple[int, ...] = (4,)
-  vector_dtypes: tuple[str, ...] = ("float16", "float32", "float64")  # the dtypes whose lanes the renderer can vectorise
+  vector_dtypes: tuple[str, ...] = ("float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                                    "uint64")  # the dtypes whose lanes the renderer can vectorise
   # tensor-core descriptions the device offers (empty: none)
   tensor_cores: tuple[TensorCore, ...] = ()
   # launch limits: max global and local size per dimension (None: unlimited), shared bytes per workgroup

@@ -9,7 +9,7 @@ import json, math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DType, bool_
-from linearizer.lower import Program, UOps
+from linearizer.lower import Program, UOps, lane_by_lane
 from linearizer.symbolic import Var, evaluate, mod, parse, render, substitute
 from linearizer.tensor_cores import TensorCore, opencl_wmma
 from linearizer import vecmath
@@ -53,7 +53,7 @@ class Lang:
   vectors: str = ""                                  # what a program with vector values needs
   vtype: str = "{d}x{n}"
   mtype: str = "int{bits}x{n}"
-  mask_lanes: dict = field(default_factory=lambda: {2: "short", 4: "int", 8: "long long"})  # lane bytes -> C type
+  mask_lanes: dict = field(default_factory=lambda: {1: "signed char", 2: "short", 4: "int", 8: "long long"})  # lane bytes -> C type
   vbroadcast: str = "{x}-({vt}){{}}"                 # x - 0 is x, -0 included (-0 + 0 is +0)
   vbuild: str = "({vt}){{{xs}}}"
   vzero: str = "({vt}){{}}"
@@ -117,7 +117,7 @@ float hround(float f) { return h2f(f2h(f)); }
   suffix={"int64": "L", "uint64": "UL", "uint32": "U"}, wrap={"int32": "uint", "int64": "ulong", "uint16": "uint"},  # ushort promotes to int
   float_fn="", index="long", bitcast="as_{d}({x})", ids={"group": "get_group_id({})", "local": "get_local_id({})"},
   bounds="__attribute__((reqd_work_group_size({dims}))) ", barrier="barrier(CLK_LOCAL_MEM_FENCE);", shared="__local ",
-  fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={2: "short", 4: "int", 8: "long"},
+  fma="fma({0},{1},{2})", declare_vectors=False, vtype="{t}{n}", mtype="{lane}{n}", mask_lanes={1: "char", 2: "short", 4: "int", 8: "long"},
   vbroadcast="({vt})({x})", vbuild="({vt})({xs})", vzero="({vt})(0)", vload="vload{n}(0, {p})", vstore="vstore{n}({x}, 0, {p});",
   select="select({b},{a},{m})", convert="convert_{vt}({x})", vfma="fma({0},{1},{2})", vsqrt="sqrt({x})", gep="{x}.s{i}",
   wmma=opencl_wmma)  # no OpenCL device has tensor cores: an emulation with their semantics, for tests
@@ -196,9 +196,15 @@ def valu(op: str, a: list[str], vt: str, mt: str, lang: Lang) -> str:
   if op == "WHERE": return lang.select.format(m=a[0], a=a[1], b=a[2], vt=vt, mt=mt)
   return lang.vfma.format(*a, vt=vt)
 
-def vcast(x: str, src: DType, dst: DType, vt: str, lang: Lang) -> str:
-  """Float<->float lanes convert as C converts a scalar; a mask is a comparison's lanes (-1 or 0)."""
+def lanes(vec: int, vt: str, lang: Lang, fn: Callable[[Callable[[str], str]], str]) -> str:
+  """A vector of `vec` lanes, lane j fn(lane j of an operand)."""
+  return lang.vbuild.format(xs=", ".join(fn(lambda x, j=j: lang.gep.format(x=x, i=j, xyzw="xyzw"[j % 4])) for j in range(vec)), vt=vt)
+
+def vcast(x: str, src: DType, dst: DType, vt: str, vec: int, lang: Lang) -> str:
+  """Lanes convert as C converts a scalar (ints wrap, ints to floats round) but float to int, lane by lane; a mask is a
+  comparison's lanes (-1 or 0)."""
   if dst == bool_: return f"({x}!=0)"
+  if lane_by_lane("CAST", src, dst): return lanes(vec, vt, lang, lambda lane: cast(lane(x), src, dst, False, lang))
   return lang.convert.format(x=f"{x}&1" if src == bool_ else x, vt=vt)
 
 def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
@@ -226,10 +232,10 @@ def vector_decls(prog: Program, lang: Lang) -> str:
   vecs = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
   fmas = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in (UOps.ALU, UOps.ACC) and u.arg == "MULACC"]
   sqrts = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op is UOps.ALU and u.arg == "SQRT"]
-  out = [f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n"
-         f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n"
-         f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} "
-         f"__attribute__((vector_size({dt.itemsize * vec})));\n" for dt, vec in dict.fromkeys(vecs)]
+  out = list(dict.fromkeys(t for dt, vec in vecs for t in (  # a signed int vector and its mask are one type (int32x8)
+    f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n",
+    f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n",
+    f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n")))
   if fmas: out.append("#if defined(__clang__) && (defined(__FMA__) || defined(__AVX512F__))\n#include <immintrin.h>\n#endif\n")
   return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)] +
                  [sqrt_fn(vtype(dt, vec, lang), dt, vec) for dt, vec in dict.fromkeys(sqrts)])
@@ -274,11 +280,11 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
     dt = u.value_dtype
     if u.vec > 1 and op == "RECIP": return f"(({lang.vbroadcast.format(x=literal(1.0, dt, lang), vt=types[i])})/{a[0]})"  # 1/x, as scalars
     if u.vec > 1 and op == "SQRT" and lang.vsqrt: return lang.vsqrt.format(x=a[0], vt=types[i])
-    if u.vec > 1 and op in (*vecmath.FUNCS, "SQRT"):  # float32 EXP2/LOG2/SIN in vecmath's vector function, else lane by lane
-      if op in vecmath.FUNCS and lang.float_math and dt.name == "float32": return f"tsvc_{op.lower()}_f{u.vec}({a[0]})"
-      lanes = [alu(op, dt, [lang.gep.format(x=a[0], i=j, xyzw="xyzw"[j % 4])], dt, lang) for j in range(u.vec)]
-      return lang.vbuild.format(xs=", ".join(lanes), vt=types[i])
-    if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, dt, a, prog.uops[u.src[-1]].value_dtype, lang)  # operators work lane-wise
+    src_dt = prog.uops[u.src[-1]].value_dtype
+    if op in vecmath.FUNCS and u.vec > 1 and lang.float_math and dt.name == "float32": return f"tsvc_{op.lower()}_f{u.vec}({a[0]})"
+    if u.vec > 1 and (op in (*vecmath.FUNCS, "SQRT") or lane_by_lane(op, src_dt, dt)):  # each lane's scalar op
+      return lanes(u.vec, types[i], lang, lambda lane: alu(op, dt, [lane(x) for x in a], src_dt, lang))
+    if u.vec == 1 or op not in VECTOR_ONLY: return alu(op, dt, a, src_dt, lang)  # operators work lane-wise
     mt = mtype(dt.itemsize, u.vec, lang)  # of this value's lanes (MAX, WHERE)
     if op == "WHERE" and types[u.src[0]] != mt: a = [lang.convert.format(x=a[0], vt=mt), *a[1:]]  # a mask of other lanes
     return valu(op, a, types[i], mt, lang)
@@ -333,7 +339,7 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
     elif op is UOps.GEP: define(i, lang.gep.format(x=src[0], i=u.arg, xyzw="xyzw"[u.arg % 4]))
     elif op is UOps.CAST:
       sdt, ddt = prog.uops[u.src[0]].value_dtype, u.value_dtype
-      define(i, cast(src[0], sdt, ddt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, ddt, types[i], lang))
+      define(i, cast(src[0], sdt, ddt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, ddt, types[i], u.vec, lang))
     else: define(i, expr(i, u.arg, src))
   q = f" {lang.restrict}" if lang.restrict else ""
   args = [f"{lang.buffer}{lang.storage_type(dt)}*{q} data{b}" for b, dt in prog.buffers] + [lang.var_arg.format(user[v.name].name) for v in prog.vars]

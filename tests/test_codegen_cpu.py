@@ -293,6 +293,10 @@ def test_vector_sqrt_and_recip_are_exact(dt, device):
   x = np.concatenate([EDGE, np.random.default_rng(4).standard_normal(240) * 10.0 ** np.arange(-20, 20, 1 / 6)]).astype(dt.np)
   vcheck(kernel(alu("SQRT", ld(1, (256,), dt))), [x], "SQRT", device=device)
   vcheck(kernel(alu("RECIP", ld(1, (256,), dt))), [x], "RECIP", device=device)
+  # a BatchNorm over features: each feature's 1/sqrt(var + eps), the features as lanes
+  var = ld(1, st((1, 256)).expand((8, 256)), dt)
+  vcheck(kernel(alu("MUL", ld(2, (8, 256), dt), alu("RECIP", alu("SQRT", alu("ADD", var, const(1e-5, (8, 256), dt)))))), None,
+         "SQRT", "RECIP", device=device)
 
 def conv_bn(cin: int = 8, cout: int = 16, hw: int = 16, eps: float = 1e-5):
   """A 3x3 conv with BatchNorm fused, as tinygrad fuses it: (conv - mean) * (gamma * sqrt(1 / (var + eps))) + beta, per
@@ -304,10 +308,13 @@ def conv_bn(cin: int = 8, cout: int = 16, hw: int = 16, eps: float = 1e-5):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_conv_with_batchnorm_is_vectorised(device):
-  # SQRT and RECIP are vector ops: before, one per output made the whole conv scalar
+  # SQRT and RECIP are vector ops: before, one per output made the whole conv scalar. The lanes (a row of one output
+  # channel) share the channel's variance: one scalar SQRT and RECIP, broadcast
   k = conv_bn()
-  assert vector_widths(k, registry.get(device).options())
-  vcheck(k, None, "SQRT", "RECIP", "MULACC", device=device)
+  w, row = widest(k, device), Kernel(k, registry.get(device).options()).first_reduce - 1
+  prog = program(k, [Opt("UPCAST", row, w)], device)
+  assert "MULACC" in ops(prog, w) and [u.vec for u in prog.uops if u.op == "ALU" and u.arg in ("SQRT", "RECIP")] == [1, 1]
+  check(k, opts=[Opt("UPCAST", row, w)], device=device)
   if device == "CPU":
     kern = Kernel(k, cpu.options())
     opts = hand_coded_optimizations(kern)
@@ -341,10 +348,48 @@ def test_vector_float_casts_round_as_c(device):
   f64 = np.concatenate([[1e300, -1e300, 1e-300, 2.0**24 + 1, 1 / 3, F("nan"), -0.0, 2.0**-149 * 0.75], rng.standard_normal(248)])
   vcheck(kernel(cast(ld(1, (256,), F64), float32)), [f64], device=device)
 
-def test_int_float_casts_stay_scalar():
-  for k in (kernel(cast(ld(1, (64,), int32), float32)), kernel(cast(ld(1, (64,)), int32))):
-    assert not any(u.vec > 1 for u in program(k, [Opt("UPCAST", 0, 16)]).uops)
-  check(kernel(cast(ld(1, (64,)), int32)), [np.array(EDGE * 4, np.float32)], [Opt("UPCAST", 0, 16)])
+INTS = [DTYPES[n] for n in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")]
+
+def int_edges(dt) -> np.ndarray:
+  """16 values of an int dtype: its ends, around 0, negatives (wrapped into an unsigned dtype)."""
+  bits = 8 * dt.itemsize
+  vals = [dt.min, dt.min + 1, dt.max, dt.max - 1, 0, 1, 2, 3, 7, -1, -2, -3, -7, 100, -100, dt.max // 3]
+  return np.array([v % 2**bits for v in vals], np.uint64).astype(f"u{dt.itemsize}").view(dt.np)
+
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_int_vectors_wrap_compare_and_divide_as_the_reference(dt):
+  e = int_edges(dt)
+  x = [np.repeat(e, 16), np.tile(e, 16)]  # every edge value against every other
+  a, b = ld(1, (256,), dt), ld(2, (256,), dt)
+  for op in ("ADD", "SUB", "MUL", "MAX", "XOR"): vcheck(kernel(alu(op, a, b)), x, op)  # + - * wrap
+  vcheck(kernel(alu("NEG", a)), x[:1], "NEG")
+  vcheck(kernel(alu("WHERE", alu("CMPLT", a, b), a, b)), x, "CMPLT", "WHERE")
+  vcheck(kernel(cast(alu("CMPEQ", a, b), dt)), x, "CMPEQ")
+  vcheck(kernel(alu("DIV", a, b)), x, "DIV")  # lane by lane: by 0 and min / -1 as the reference defines them
+  vcheck(kernel(alu("MOD", a, b)), x, "MOD")
+  for to in (float16, float32, F64, int8, DTYPES["uint16"], DTYPES["int64"]): vcheck(kernel(cast(a, to)), x[:1])  # round, wrap
+  vcheck(kernel(cast(cast(a, bool_), dt)), x[:1])
+  f = np.concatenate([EDGE, [2.0**31, -2.0**31, 2.0**31 - 128, 2.0**63, -2.0**63, 2.0**64, 255.5, -128.5, 65535.9, -0.9]])
+  vcheck(kernel(cast(ld(1, (256,)), dt)), [np.resize(f, 256).astype(np.float32)])  # lane by lane: saturating, NaN to 0
+  vcheck(kernel(cast(ld(1, (256,), F64), dt)), [np.resize(f, 256)])
+  with np.errstate(over="ignore"): halves = np.resize(f, 256).astype(np.float16)  # past 65504: inf
+  vcheck(kernel(cast(cast(ld(1, (256,), float16), dt), float16)), [halves])
+  rows = np.resize(e, (37, 64))
+  vcheck(kernel(red("SUM", ld(1, (37, 64), dt), [0])), [rows.reshape(-1)], "ADD")  # wraps
+  vcheck(kernel(red("MAX", ld(1, (37, 64), dt), [0])), [rows.reshape(-1)], "MAX")
+
+def test_a_one_hot_embedding_is_vectorised():
+  # GPT-2's token embedding as tinygrad 0.8.0 fuses it: (token == arange) ? weight : 0, summed over the vocabulary
+  vocab, width = 48, 64
+  tok, ar = ld(1, broadcast((4, 1, 1), (4, vocab, width)), int32), ld(2, broadcast((1, vocab, 1), (4, vocab, width)), int32)
+  onehot = alu("WHERE", alu("CMPEQ", tok, ar), ld(3, broadcast((1, vocab, width), (4, vocab, width))), const(0.0, (4, vocab, width)))
+  k = kernel(red("SUM", onehot, [1]))
+  vcheck(k, [np.array([5, -1, 47, 0], np.int32), np.arange(vocab, dtype=np.int32),
+             np.random.default_rng(5).standard_normal(vocab * width)], "CMPEQ", "WHERE")
+  kern = Kernel(k, cpu.options())
+  opts = hand_coded_optimizations(kern)
+  assert max(u.vec for u in lower(kern).uops) > 1, opts
+  check(k, opts=opts)
 
 # float16 vectors on the CPU only: the GPU languages keep float16 in float registers, scalar
 VECTOR_REDUCTIONS = [pytest.param(getattr(d, "values", (d,))[0], dt, marks=getattr(d, "marks", ()), id=f"{dt.name}-{getattr(d, 'values', (d,))[0]}")
