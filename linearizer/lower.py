@@ -35,11 +35,12 @@ from linearizer.symbolic import Var, concrete, ge, land, lt, simplify_valid, sim
 #      A LOAD's or STORE's buf is an int for a kernel argument, a DEFINE_LOCAL's name for local memory.
 # What lanes may carry as vectors: float32/float64 and integer arithmetic, which C vector extensions do lane by lane as
 # the scalar ops do (integers wrap: -fwrapv); float16 only loaded, stored, reduced and converted (its arithmetic rounds
-# per op through float32); bool only as masks from comparisons and casts, feeding a WHERE or a cast. EXP2/LOG2/SIN: the
-# renderer's vector function where it has one (C: linearizer.vecmath's, float32), else lane by lane; SQRT and RECIP
-# (exact, as scalars) the ISA's vector sqrt and division where the language has them, else lane by lane. Ops whose
-# scalar C spells out the reference semantics with branches or a libm call (lane_by_lane) are computed lane by lane:
-# each lane's scalar op on the operands' lanes, gathered into a vector, so that they do not keep the rest scalar.
+# per op through float32: on float32 lanes it was no faster, gcc 12 converts _Float16 vectors lane by lane); bool only
+# as masks from comparisons and casts, feeding a WHERE or a cast. EXP2/LOG2/SIN: the renderer's vector function where
+# it has one (C: linearizer.vecmath's, float32), else lane by lane; SQRT and RECIP (exact, as scalars) the ISA's vector
+# sqrt and division where the language has them, else lane by lane. Ops whose scalar C spells out the reference
+# semantics with branches or a libm call (lane_by_lane) are computed lane by lane: each lane's scalar op on the
+# operands' lanes, gathered into a vector, so that they do not keep the rest scalar.
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 VEC_ARITH, VEC_MEMORY = ("float32", "float64", *INTS), ("float16", "float32", "float64", *INTS)
 VEC_ALU = {"f": ("ADD", "SUB", "MUL", "DIV", "NEG", "MAX", "CMPLT", "CMPEQ", "WHERE", "EXP2", "LOG2", "SIN", "SQRT", "RECIP"),

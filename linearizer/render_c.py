@@ -8,7 +8,7 @@ from __future__ import annotations
 import json, math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
-from linearizer.dtypes import DType, bool_
+from linearizer.dtypes import DTYPES, DType, bool_
 from linearizer.lower import Program, UOps, lane_by_lane
 from linearizer.symbolic import Var, evaluate, mod, parse, render, substitute
 from linearizer.tensor_cores import TensorCore, opencl_wmma
@@ -198,13 +198,26 @@ def valu(op: str, a: list[str], vt: str, mt: str, lang: Lang) -> str:
 
 def lanes(vec: int, vt: str, lang: Lang, fn: Callable[[Callable[[str], str]], str]) -> str:
   """A vector of `vec` lanes, lane j fn(lane j of an operand)."""
-  return lang.vbuild.format(xs=", ".join(fn(lambda x, j=j: lang.gep.format(x=x, i=j, xyzw="xyzw"[j % 4])) for j in range(vec)), vt=vt)
+  def lane(j: int) -> Callable[[str], str]: return lambda x: lang.gep.format(x=x, i=j, xyzw="xyzw"[j % 4])
+  return lang.vbuild.format(xs=", ".join(fn(lane(j)) for j in range(vec)), vt=vt)
+
+def steps(src: DType, dst: DType) -> list[DType]:
+  """The int dtypes a vector conversion from int lanes goes through, so that no step more than halves or doubles the
+  lane size: gcc 12 converts such a step in an instruction or two and a longer one lane by lane (uint8 -> float32: 57
+  instructions). Widening keeps the value (ints of the source's signedness), narrowing to an int wraps either way."""
+  if not src.is_int or dst.is_float and dst.itemsize < src.itemsize: return []
+  out, size, kind = [], src.itemsize, src.kind if dst.itemsize > src.itemsize else dst.kind
+  while not size / 2 <= dst.itemsize <= size * 2:
+    size = size * 2 if dst.itemsize > size else size // 2
+    out.append(DTYPES[f"{'u' if kind == 'u' else ''}int{8 * size}"])
+  return out
 
 def vcast(x: str, src: DType, dst: DType, vt: str, vec: int, lang: Lang) -> str:
   """Lanes convert as C converts a scalar (ints wrap, ints to floats round) but float to int, lane by lane; a mask is a
   comparison's lanes (-1 or 0)."""
   if dst == bool_: return f"({x}!=0)"
   if lane_by_lane("CAST", src, dst): return lanes(vec, vt, lang, lambda lane: cast(lane(x), src, dst, False, lang))
+  for step in steps(src, dst): x = lang.convert.format(x=x, vt=vtype(step, vec, lang))
   return lang.convert.format(x=f"{x}&1" if src == bool_ else x, vt=vt)
 
 def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
@@ -230,6 +243,7 @@ def vector_decls(prog: Program, lang: Lang) -> str:
   and the fused multiply-add and square root of each vector type that has MULACCs or SQRTs. OpenCL has them built in."""
   if not lang.declare_vectors: return ""
   vecs = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.dtype not in (None, bool_)]
+  vecs += [(step, u.vec) for u in prog.uops if u.op is UOps.CAST and u.vec > 1 for step in steps(prog.uops[u.src[0]].value_dtype, u.value_dtype)]
   fmas = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op in (UOps.ALU, UOps.ACC) and u.arg == "MULACC"]
   sqrts = [(u.value_dtype, u.vec) for u in prog.uops if u.vec > 1 and u.op is UOps.ALU and u.arg == "SQRT"]
   out = list(dict.fromkeys(t for dt, vec in vecs for t in (  # a signed int vector and its mask are one type (int32x8)
@@ -299,6 +313,8 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
       line(f"{lang.index} {var.name} = {lang.ids[kind].format(dim, xyz='xyz'[dim])};")
     elif op is UOps.DEFINE_LOCAL: line(f"{lang.shared}{lang.ctype(u.value_dtype)} {u.arg[0]}[{u.arg[1]}];")
     elif op is UOps.BARRIER: line(lang.barrier)
+    elif op is UOps.VBROADCAST and dt is not None and dt.name == "float16":  # x - 0 would promote x to float: each lane
+      define(i, lang.vbuild.format(xs=", ".join(src * u.vec), vt=types[i]))
     elif op is UOps.VBROADCAST: define(i, lang.vbroadcast.format(x=src[0], vt=types[i]))
     elif op is UOps.VBUILD: define(i, lang.vbuild.format(xs=", ".join(src), vt=types[i]))
     elif op is UOps.VALID: names[i] = ex(u.arg)

@@ -348,6 +348,11 @@ def test_vector_float_casts_round_as_c(device):
   f64 = np.concatenate([[1e300, -1e300, 1e-300, 2.0**24 + 1, 1 / 3, F("nan"), -0.0, 2.0**-149 * 0.75], rng.standard_normal(248)])
   vcheck(kernel(cast(ld(1, (256,), F64), float32)), [f64], device=device)
 
+def test_a_float16_broadcast_is_a_vector():
+  # x - 0 on a _Float16 promotes x to float, which gcc refuses to convert to a _Float16 vector: it failed to compile
+  out = vcheck(kernel(ld(1, st((1,)).expand((256,)), float16)), [np.array([-3.5], np.float16)])
+  assert (out == -3.5).all()
+
 INTS = [DTYPES[n] for n in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")]
 
 def int_edges(dt) -> np.ndarray:
