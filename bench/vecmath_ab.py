@@ -1,10 +1,12 @@
-"""Transcendental-heavy kernels before and after a codegen change, in one run: each kernel's hand-coded schedule as a
-git revision's linearizer renders it (--before, default: the commit before linearizer.vecmath), as this checkout
-renders it, and this checkout's source with SLEEF's u10 functions in place of vecmath's (where libsleef-dev is
-installed), interleaved (bench/cpu_kernels.measure) and each output checked against the reference (linearizer.compare).
+"""Kernels before and after a codegen change, in one run: each kernel's hand-coded schedule as a git revision's
+linearizer renders it (--before, default: the commit before linearizer.vecmath), as this checkout renders it, and this
+checkout's source with SLEEF's u10 functions in place of vecmath's (where libsleef-dev is installed and the kernel has
+a transcendental), interleaved (bench/cpu_kernels.measure) and each output checked against the reference
+(linearizer.compare).
 
   .venv/bin/python bench/vecmath_ab.py                                  # examples' elementwise_chain, softmax_exp_sum
   .venv/bin/python bench/vecmath_ab.py --kernels softmax_exp_sum --min-time 3
+  .venv/bin/python bench/vecmath_ab.py --kernels sops_3624,sops_972 --before 4f9a5f6   # shared-corpus kernels by name
 
 Prints a markdown table: median ms per contender, after's speed-up over before, and the CPU time the rest of the
 machine used meanwhile (search.load.OtherLoad) with /proc/loadavg before and after.
@@ -24,7 +26,11 @@ from linearizer.compare import compare  # noqa: E402
 from linearizer.heuristic import hand_coded_optimizations  # noqa: E402
 from linearizer.kernel import Kernel  # noqa: E402
 from linearizer.lower import lower  # noqa: E402
+from linearizer.options import LinearizerOptions  # noqa: E402
 from linearizer.render_c import C, render_source  # noqa: E402
+from linearizer import vecmath  # noqa: E402
+from bench.search_vs_tinygrad import CORPUS  # noqa: E402
+from tunesvc.cli import read_documents  # noqa: E402
 
 BEFORE = "fd1f550"  # main before linearizer.vecmath: EXP2/LOG2/SIN as scalar double libm calls
 SLEEF = {4: "__m128", 8: "__m256", 16: "__m512"}
@@ -37,7 +43,8 @@ from linearizer.kernel import Kernel
 from linearizer.lower import lower
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import render_c
-k = Kernel(loads(open(sys.argv[1]).read()), LinearizerOptions.from_json(json.load(sys.stdin)))
+ast = loads(open(sys.argv[1]).read())
+k = Kernel(ast.rebased() if hasattr(ast, "rebased") else ast, LinearizerOptions.from_json(json.load(sys.stdin)))
 opts = hand_coded_optimizations(k)
 print(json.dumps({"src": render_c(lower(k, "bench")), "opts": [o.to_json() for o in opts]}))
 """
@@ -51,36 +58,48 @@ def sleef_source(n: int) -> str:
   return head + "".join(f"static inline {t} tsvc_{fn}_f{n}({t} x) {{ return ({t})Sleef_{fn}f{n}_u10(({SLEEF[n]})x); }}\n"
                         for fn in ("exp2", "log2", "sin"))
 
-def before_source(rev: str, doc: Path, tmp: Path) -> dict:
+def before_source(rev: str, doc: Path, tmp: Path, options: LinearizerOptions) -> dict:
   tree = tmp / rev
   if not tree.exists():
     tree.mkdir()
     with tarfile.open(fileobj=io.BytesIO(subprocess.run(["git", "-C", str(ROOT), "archive", rev, "linearizer"], check=True,
                                                                      capture_output=True).stdout)) as tf: tf.extractall(tree)
-  r = subprocess.run([sys.executable, "-c", OLD_RENDER, str(doc)], input=json.dumps(cpu.options().to_json()), capture_output=True, text=True,
+  r = subprocess.run([sys.executable, "-c", OLD_RENDER, str(doc)], input=json.dumps(options.to_json()), capture_output=True, text=True,
                      check=True, cwd=tree, env={"PYTHONPATH": str(tree)})  # cwd: `-c` puts it first on sys.path
   return json.loads(r.stdout)
 
+def kernel_doc(name: str, tmp: Path) -> Path:
+  """examples/kernels/NAME.json, else the shared corpus's kernel of that name written to a file."""
+  if (doc := ROOT / "examples" / "kernels" / f"{name}.json").is_file(): return doc
+  text = next((t for _, t in read_documents(str(CORPUS)) if json.loads(t)["name"] == name), None)
+  if text is None: raise SystemExit(f"{name}: neither an example nor a kernel of {CORPUS}")
+  (doc := tmp / f"{name}.json").write_text(text)
+  return doc
+
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  ap.add_argument("--kernels", default="elementwise_chain,softmax_exp_sum", help="examples/kernels/NAME.json, comma-separated")
+  ap.add_argument("--kernels", default="elementwise_chain,softmax_exp_sum", help="examples/kernels/NAME.json or corpus kernel names, comma-separated")
   ap.add_argument("--before", default=BEFORE, help=f"git revision whose linearizer renders the 'before' column (default {BEFORE})")
   ap.add_argument("--min-time", type=float, default=2.0)
   ap.add_argument("--turn", type=float, default=0.2)
+  ap.add_argument("--threads", type=int, default=0, help="the threads schedules may use (default: the machine's; 1: no THREAD opts, "
+                  "what a busy machine's timings need: a descheduled thread stalls its parallel region)")
   args = ap.parse_args()
   try: sleef = bool(cpu.compile("#include <sleef.h>\n", cpu.DEFAULT_FLAGS + ("-Wl,--no-as-needed", "-lsleef")))
   except cpu.CompileError: sleef = False
-  rows = []
+  rows, options = [], cpu.options()
+  if args.threads: options = dataclasses.replace(options, threads=args.threads)
   with tempfile.TemporaryDirectory() as tmp:
     for name in args.kernels.split(","):
-      doc = ROOT / "examples" / "kernels" / f"{name}.json"
-      ast = loads(doc.read_text())
-      k = Kernel(ast, cpu.options())
+      doc = kernel_doc(name, Path(tmp))
+      ast = loads(doc.read_text()).rebased()
+      k = Kernel(ast, options)
       opts = hand_coded_optimizations(k)
       prog = lower(k, "bench")
-      old = before_source(args.before, doc, Path(tmp))
+      old = before_source(args.before, doc, Path(tmp), options)
       srcs = {"before": (old["src"], ()), "after": (render_source(prog, C), ())}
-      if sleef: srcs["sleef"] = (render_source(prog, dataclasses.replace(C, float_math=sleef_source)), ("-Wl,--no-as-needed", "-lsleef"))
+      if sleef and any(n.op in vecmath.FUNCS for n in ast.nodes):
+        srcs["sleef"] = (render_source(prog, dataclasses.replace(C, float_math=sleef_source)), ("-Wl,--no-as-needed", "-lsleef"))
       bufs = reference.random_buffers(ast, {}, 0)
       want = [b.copy() for b in bufs]
       reference.run(ast, want)
@@ -97,12 +116,13 @@ def main() -> int:
       rows.append({"kernel": name, "opts_before": old["opts"], "opts_after": [o.to_json() for o in opts], "checks": checks,
                    "ms": {w: med(t) * 1e3 for w, t in ts.items()}, "other_load": load.cores(),
                    "loadavg": [avg0, Path("/proc/loadavg").read_text().split()[:3]]})
-  cols = ["before", "after"] + (["sleef"] if sleef else [])
+  cols = ["before", "after"] + (["sleef"] if any("sleef" in r["ms"] for r in rows) else [])
   print("| kernel | " + " | ".join(f"{c} ms" for c in cols) + " | after vs before | checks | rest of machine (cores) | loadavg before -> after |")
   print("|---" * (len(cols) + 5) + "|")
   for r in rows:
     avgs = " -> ".join(" ".join(a) for a in r["loadavg"])
-    print(f"| {r['kernel']} | " + " | ".join(f"{r['ms'][c]:.3f}" for c in cols) + f" | {r['ms']['before'] / r['ms']['after']:.1f}x | "
+    ms = " | ".join(f"{r['ms'][c]:.3f}" if c in r["ms"] else "" for c in cols)
+    print(f"| {r['kernel']} | {ms} | {r['ms']['before'] / r['ms']['after']:.2f}x | "
           + ", ".join(f"{w}: {c}" for w, c in r["checks"].items()) + f" | {r['other_load']:.2f} | {avgs} |")
   for r in rows: print(f"\n{r['kernel']}: before opts {r['opts_before']}, after opts {r['opts_after']}")
   return 0 if all(c == "ok" for r in rows for c in r["checks"].values()) else 1
