@@ -10,6 +10,7 @@ from schemathesis.checks import not_a_server_error
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, result_json
 from tunesvc.api import create_app
 from tunesvc.config import Settings, parse_tokens
+from tunesvc.store.models import Job
 
 TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}
 SUB, WRK, ADM = ({"Authorization": f"Bearer {t}"} for t in TOKENS)
@@ -720,3 +721,18 @@ def test_a_fingerprint_registers_only_its_own_devices_linearizer_options(api):
     r = api.post("/v1/workers", json={"name": name, "device": "X", "fingerprint": f, "fingerprint_hash": fh, "options": options}, headers=WRK)
     assert r.status_code == 422 and "another device's" in r.text, r.text
   assert register(api, "cuda", CUDA_FP, CUDA_HASH, CUDA_OPTIONS) and register(api)  # each its own: registered
+
+
+def test_heartbeats_cannot_hold_a_job_past_its_search_budget(api):
+  """A lease lasts while its worker beats. A worker (a stolen token) that claims jobs and only beats held each forever:
+  no one else could search it and it never ended. Beats are refused (409) once the job has run twice its search budget
+  and 10 more minutes; its lease lapses like a dead worker's, the attempt counted."""
+  job, = submit(api, [example("sum_all")], search={"budget_s": 30})
+  wid = register(api)
+  assert claim(api, wid, lease_s=60)["job_id"] == job["job_id"]
+  beat = lambda: api.post(f"/v1/workers/{wid}/heartbeat", json={"job_id": job["job_id"], "lease_s": 60}, headers=W(wid))
+  assert beat().status_code == 200
+  st = api.app.state.store
+  with st.write() as s: s.get(Job, job["job_id"]).started -= 2 * 30 + 600 + 1  # it has run that long
+  r = beat()
+  assert r.status_code == 409 and "held past" in r.text, r.text

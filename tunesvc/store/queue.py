@@ -210,11 +210,17 @@ def _held(s: Session, worker_id: int, job_id: int, t: float, key: Optional[str])
                    + (f" under worker {job.lease_owner}" if job.lease_owner is not None else ""))
   return w, job
 
+HOLD_SLACK_S = 600.0  # past twice its search budget, a job's compiles, final check and quiet waits fit in this
+
 def heartbeat(st: Store, worker_id: int, job_id: int, lease_s: float, key: Optional[str] = None) -> Job:
-  """Extend the lease; Conflict if the job was taken away (its lease lapsed and it was re-queued, claimed or ended)."""
+  """Extend the lease; Conflict if the job was taken away (its lease lapsed and it was re-queued, claimed or ended), or
+  once it has run twice its search budget and HOLD_SLACK_S more: a worker that beats and never reports (a stolen token's)
+  would hold it forever; refused, its lease lapses like a dead worker's and the attempt counts."""
   t = time.time()
   with st.write() as s:
     _, job = _held(s, worker_id, job_id, t, key)
+    if (budget := job.settings.get("budget_s")) and job.started is not None and t - job.started > (hold := 2 * budget + HOLD_SLACK_S):
+      raise Conflict(f"job {job_id} is held past its {hold:.0f} s (twice its search budget and {HOLD_SLACK_S:.0f} s): report it or let it go")
     job.lease_expires = t + lease_s
   return job
 
