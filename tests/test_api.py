@@ -736,3 +736,17 @@ def test_heartbeats_cannot_hold_a_job_past_its_search_budget(api):
   with st.write() as s: s.get(Job, job["job_id"]).started -= 2 * 30 + 600 + 1  # it has run that long
   r = beat()
   assert r.status_code == 409 and "held past" in r.text, r.text
+
+
+def test_the_open_rate_limit_holds_against_many_addresses():
+  """An IPv6 client holds a /64 (2**64 addresses): one bucket per address gave it a fresh burst per request, and 65,536 of
+  them emptied the table -- every other client's bucket with it. A /64 is one client; a full table drops the buckets
+  that have refilled (forgetting those changes nothing) before any that still hold a debt."""
+  from tunesvc.api.limits import RateLimit
+  rl = RateLimit(rate=1.0, burst=2.0, max_clients=100)
+  assert rl.retry_after("2001:db8::1") == 0 and rl.retry_after("2001:db8::2") == 0 and rl.retry_after("2001:db8::3") > 0  # one /64
+  assert rl.retry_after("2001:db8:0:1::1") == 0  # the next /64: another client
+  assert rl.retry_after("10.0.0.1") == 0 and rl.retry_after("10.0.0.1") == 0 and rl.retry_after("10.0.0.1") > 0
+  for i in range(500): rl.buckets[f"192.0.2.{i}"] = (rl.burst, time.monotonic() - 10)  # idle clients, refilled long ago
+  assert rl.retry_after("198.51.100.7") == 0 and len(rl.buckets) <= 100
+  assert rl.retry_after("10.0.0.1") > 0 and rl.retry_after("2001:db8::4") > 0  # still in debt: not forgotten

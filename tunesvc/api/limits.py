@@ -2,7 +2,7 @@
 for the open (tokenless) endpoints, and bounds on a request's head and on how long it may take to arrive, so that no one
 caller can hold the API for the others."""
 from __future__ import annotations
-import asyncio, json, time
+import asyncio, functools, ipaddress, json, time
 from typing import Optional
 from fastapi import HTTPException
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -24,21 +24,32 @@ def check_nodes(docs: list, limit: int) -> None:
     raise HTTPException(413, f"the documents hold more than {limit} kernel nodes in all ({n}+): send fewer per request, or their keys")
 
 
+@functools.lru_cache(maxsize=4096)
+def _client(address: str) -> str:
+  """The client an address is: itself, or for IPv6 its /64 (one host holds all 2**64 addresses of it)."""
+  if ":" not in address: return address
+  try: return str(ipaddress.IPv6Network(f"{address.split('%')[0]}/64", strict=False))
+  except ValueError: return address
+
+
 class RateLimit:
-  """A token bucket per client address: `rate` requests a second, bursts of `burst`; 0 rate: no limit. Bounded memory:
-  full, it starts over (a burst of new addresses forgets the old ones)."""
+  """A token bucket per client (an address; an IPv6 /64): `rate` requests a second, bursts of `burst`; 0 rate: no limit.
+  Bounded memory: full, it forgets the buckets that have refilled (nothing changes for them), and only where every one
+  still holds a debt, all of them."""
   def __init__(self, rate: float, burst: float, max_clients: int = 1 << 16):
     self.rate, self.burst, self.max_clients = rate, burst, max_clients
     self.buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, when)
 
-  def retry_after(self, client: str, cost: float = 1.0) -> float:
+  def retry_after(self, address: str, cost: float = 1.0) -> float:
     """0 if the request may go ahead (and it is charged), else the seconds until it may."""
     if self.rate <= 0: return 0.0
-    now = time.monotonic()
+    now, client = time.monotonic(), _client(address)
     tokens, last = self.buckets.get(client, (self.burst, now))
     tokens = min(self.burst, tokens + (now - last) * self.rate)
     if tokens < cost: return (cost - tokens) / self.rate
-    if len(self.buckets) >= self.max_clients: self.buckets = {}
+    if len(self.buckets) >= self.max_clients:
+      self.buckets = {c: (t, w) for c, (t, w) in self.buckets.items() if t + (now - w) * self.rate < self.burst}
+      if len(self.buckets) >= self.max_clients: self.buckets = {}
     self.buckets[client] = (tokens - cost, now)
     return 0.0
 
