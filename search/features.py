@@ -2,7 +2,7 @@
 
 Read off the linear IR (linearizer/lower.py) in one pass: how many of each op, loads and stores by vector width and by
 how their index moves with the innermost loop (contiguous: +1 per iteration, or a vector load; broadcast: the same
-element every iteration, or a VBROADCAST; strided: anything else, a VBUILD's gathered lanes too), the loops' extents,
+element every iteration, or a VBROADCAST; strided: anything else, a VBUILD's gathered lanes too), the loops' extents (the outermost's: their order),
 the accumulators (the register tile), threads and launch size, and the work per innermost iteration and in all (each op
 weighted by its lanes and the extents of the loops around it). Sizes that span orders of magnitude are log2'd."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from linearizer.symbolic import Var, smax
 WIDTHS = (1, 2, 4, 8, 16)   # vector-width buckets of loads and stores (16: 16 lanes or more)
 STRIDES = ("contiguous", "broadcast", "strided")
 NAMES: tuple[str, ...] = (*(f"n_{op.name.lower()}" for op in UOps), *(f"{m}_w{w}" for m in ("load", "store") for w in WIDTHS),
-                          *(f"load_{s}" for s in STRIDES), "mulacc", "alu_lanes", "loops", "log_loop_product", "log_innermost",
+                          *(f"load_{s}" for s in STRIDES), "mulacc", "alu_lanes", "loops", "log_loop_product", "log_outermost", "log_innermost",
                           "accumulators", "acc_lanes", "threads", "log_groups", "local_size", "alu_per_iter", "bytes_per_iter",
                           "log_total_alu", "log_total_bytes", "intensity", "ir_size")
 AT = {n: i for i, n in enumerate(NAMES)}
@@ -39,6 +39,7 @@ def program_features(prog: Program) -> list[float]:
       weight *= loops[-1][1]
       threads = max(threads, thr or 1)
       f[AT["loops"]] += 1
+      if f[AT["loops"]] == 1: f[AT["log_outermost"]] = math.log2(loops[-1][1])  # loop order: a BLOCK puts its blocks outside
       if len(loops) > depth_max: depth_max, inner_alu, inner_bytes = len(loops), 0.0, 0.0
       f[AT["log_innermost"]] = max(f[AT["log_innermost"]], math.log2(loops[-1][1]))
       continue

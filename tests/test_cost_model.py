@@ -92,7 +92,7 @@ def test_the_model_strategy_measures_its_top_children_a_round_and_finds_what_bea
 @pytest.mark.slow
 def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_beam_and_its_winner_is_correct():
   ast = loads(EXAMPLE.read_text())
-  common = dict(beam=2, budget_candidates=40, min_time_s=0.005, final_rounds=3)
+  common = dict(beam=2, budget_candidates=100, min_time_s=0.005, final_rounds=3)  # a budget the beam ends before
   beam = tune(ast, settings=SearchSettings.from_json(common))
   model = tune(ast, settings=SearchSettings.from_json(dict(common, strategy="model", measure_top=4)))
   assert model.settings["strategy"] == "model" and beam.settings["strategy"] == "beam"
