@@ -7,9 +7,8 @@ any candidate runs. At the end the fastest few and the hand-coded baseline are r
 winner, always a verified candidate, is the one with the best median there.
 """
 from __future__ import annotations
-import contextlib, importlib, os, statistics, tempfile, threading, time
+import contextlib, importlib, os, statistics, threading, time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 from devices import registry
 from linearizer import ACTION_SPACE_VERSION
@@ -23,7 +22,7 @@ from search.load import OtherLoad, wait_quiet
 from search.model_beam import ModelBeamStrategy
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Status
-from search.runner import Runner, write_case
+from search.runner import Runner
 from search.settings import OnBusy, SearchSettings, StrategyKind
 from search.strategy import drive
 from search.workshop import WORKSHOP, Workshop
@@ -50,13 +49,11 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)
   kr = ast.rebased()  # the runner allocates only what the kernel reaches; opts mean the same on it
-  with tempfile.TemporaryDirectory(prefix="tunesvc-case-") as tmp, \
-       (workshop or WORKSHOP).lease(dev.__name__, s.build.workers or os.cpu_count() or 1, s.build.compile_timeout_s) as (pool, runner), \
-       ThreadPoolExecutor(1) as bg:
+  ws = workshop or WORKSHOP
+  with ws.lease(dev.__name__, s.build.workers or os.cpu_count() or 1, s.build.compile_timeout_s) as (pool, runner), \
+       contextlib.ExitStack() as held, ThreadPoolExecutor(1) as bg:
     # the reference runs (numpy, mostly outside the GIL) while the seeds render and compile; the first timing waits for it
-    def prepare() -> None:
-      write_case(Path(tmp), kr, vv, s.measure.seed)
-      runner.setup(Path(tmp), vv)
+    def prepare() -> None: runner.setup(held.enter_context(ws.case(kr, vv, s.measure.seed)), vv)
     case = bg.submit(prepare)
     search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case)
     root = Kernel(kr, dev.options())

@@ -1,57 +1,108 @@
 """The processes a search runs on -- the compile pool and a device's sandboxed runner -- kept for the next search of the
 same process (a worker's jobs, a model's kernels, a benchmark's), so each starts once and not once per search: a
-spawned Python that imports numpy and the linearizer is ~0.3 s a process, a small kernel's whole search a few seconds.
+spawned Python that imports numpy and the linearizer is ~0.3 s a process on a quiet machine (~5 s at load 15), a small
+kernel's whole search a few seconds. A confirmation leases the runner alone.
 
 A search leases them and gives them back when it ends well; one that raised (stopped, failed, a renderer bug) closes
 them, as they may be mid-task. A runner is replaced after RUNNER_SEARCHES searches: the libraries it loaded stay
-mapped until its process ends. Leases are exclusive: searches running at once get processes of their own."""
+mapped until its process ends. Leases are exclusive: searches running at once get processes of their own.
+
+It keeps the last CASES cases too (a kernel's inputs and its reference output, search/runner.py write_case): the
+confirmation of a result this process just found reads the search's instead of running the reference interpreter again
+(seconds on a large kernel)."""
 from __future__ import annotations
-import atexit, contextlib, threading
+import atexit, contextlib, shutil, tempfile, threading
+from collections import Counter, OrderedDict
+from pathlib import Path
 from typing import Iterator
+from linearizer.ast import KernelAST
 from search.pool import CompilePool
-from search.runner import Runner
+from search.runner import Runner, write_case
 
 
 class Workshop:
   RUNNER_SEARCHES = 32
+  CASES = 4
 
   def __init__(self) -> None:
     self._lock = threading.Lock()
     self._pools: dict[tuple[int, float], CompilePool] = {}        # idle, by (workers, compile timeout)
     self._runners: dict[str, tuple[Runner, int]] = {}            # idle, by device module: (runner, searches it ran)
+    self._cases: OrderedDict[tuple, Path] = OrderedDict()        # (kernel key, var_vals, seed) -> its directory, oldest first
+    self._in_use: Counter[Path] = Counter()                      # cases a search reads now: never removed meanwhile
 
   @contextlib.contextmanager
   def lease(self, module: str, workers: int, compile_timeout_s: float) -> Iterator[tuple[CompilePool, Runner]]:
-    with self._lock:
-      pool = self._pools.pop((workers, compile_timeout_s), None)
-      runner, used = self._runners.pop(module, (None, 0))
+    with self.runner(module) as runner, self.pool(workers, compile_timeout_s) as pool: yield pool, runner
+
+  @contextlib.contextmanager
+  def pool(self, workers: int, compile_timeout_s: float) -> Iterator[CompilePool]:
+    with self._lock: pool = self._pools.pop((workers, compile_timeout_s), None)
     pool = pool or CompilePool(workers, compile_timeout_s)
-    try: runner = runner if runner is not None and runner.proc.is_alive() else Runner(module)
-    except BaseException:
-      pool.close()
-      raise
     ok = False
     try:
-      yield pool, runner
+      yield pool
       ok = True
     finally:
       with self._lock:
-        keep_pool = ok and (workers, compile_timeout_s) not in self._pools
-        keep_runner = ok and used + 1 < self.RUNNER_SEARCHES and module not in self._runners and runner.proc.is_alive()
-        if keep_pool: self._pools[(workers, compile_timeout_s)] = pool
-        if keep_runner: self._runners[module] = (runner, used + 1)
-      if not keep_pool: pool.close()
-      if not keep_runner: runner.close()
+        if keep := ok and (workers, compile_timeout_s) not in self._pools: self._pools[(workers, compile_timeout_s)] = pool
+      if not keep: pool.close()
+
+  @contextlib.contextmanager
+  def runner(self, module: str) -> Iterator[Runner]:
+    with self._lock: runner, used = self._runners.pop(module, (None, 0))
+    runner = runner if runner is not None and runner.proc.is_alive() else Runner(module)
+    ok = False
+    try:
+      yield runner
+      ok = True
+    finally:
+      with self._lock:
+        if keep := ok and used + 1 < self.RUNNER_SEARCHES and module not in self._runners and runner.proc.is_alive():
+          self._runners[module] = (runner, used + 1)
+      if not keep: runner.close()
+
+  @contextlib.contextmanager
+  def case(self, k: KernelAST, var_vals: dict[str, int], seed: int) -> Iterator[Path]:
+    """The directory of k's case (written here unless kept from before), kept while the block reads it."""
+    key = (k.key, tuple(sorted(var_vals.items())), seed)
+    with self._lock:
+      if (d := self._cases.get(key)) is not None:
+        self._cases.move_to_end(key)
+        self._in_use[d] += 1
+    if d is None:
+      d = Path(tempfile.mkdtemp(prefix="tunesvc-case-"))
+      try: write_case(d, k, var_vals, seed)
+      except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
+      with self._lock:
+        self._in_use[d] += 1
+        if (old := self._cases.pop(key, None)) is not None: self._evict(old)  # another search wrote it meanwhile
+        self._cases[key] = d
+    try: yield d
+    finally:
+      with self._lock:
+        self._in_use[d] -= 1
+        while len(self._cases) > self.CASES: self._evict(self._cases.popitem(last=False)[1])
+        if d not in self._cases.values(): self._evict(d)
+
+  def _evict(self, d: Path) -> None:
+    if not self._in_use[d]:
+      del self._in_use[d]
+      shutil.rmtree(d, ignore_errors=True)
 
   def close(self) -> None:
-    """Close every idle process (leased ones close when their search ends)."""
+    """Close every idle process and remove the cases no search reads (leased ones close when their search ends)."""
     with self._lock:
       pools, runners = list(self._pools.values()), [r for r, _ in self._runners.values()]
       self._pools.clear()
       self._runners.clear()
+      for d in self._cases.values(): self._evict(d)
+      self._cases.clear()
     for p in pools: p.close()
     for r in runners: r.close()
 
 
-WORKSHOP = Workshop()  # the process's: tune()'s default
+WORKSHOP = Workshop()  # the process's: tune()'s and confirm()'s default
 atexit.register(WORKSHOP.close)

@@ -14,6 +14,7 @@ from search.tune import DeviceBusy
 from tunesvc import runtime
 from tunesvc.client import Client
 from workers import confirm as confirming
+from search.workshop import Workshop
 from workers.worker import Worker
 
 SEARCH = {"beam": 2, "budget_candidates": 8, "min_time_s": 0.005, "final_rounds": 3}
@@ -172,3 +173,35 @@ def test_a_worker_gives_a_busy_confirmation_back_to_wait_without_spending_an_att
     c = user.job(job["job_id"] + 1)
     assert c["kind"] == "confirm" and (c["state"], c["attempts"]) == ("queued", 0) and "busy 1: " in c["error"] and "device busy" in c["error"], c
     assert wc.claim(w.id) is None  # it waits before anyone claims it again
+
+
+def test_a_confirmation_after_the_search_reuses_its_runner_and_reference_and_still_checks_both_schedules(monkeypatch):
+  # a spawned runner cost ~5 s a confirmation on a busy machine, the reference interpreter seconds on a large kernel
+  from search import workshop as workshops
+  from search.tune import tune
+  w, k = Workshop(), reduce("SUM", (64, 256), (1,))
+  s = SearchSettings.from_json(dict(beam=1, budget_candidates=3, min_time_s=0.002, final_rounds=2))
+  r = tune(k, settings=s, workshop=w)
+  (runner, _), = w._runners.values()
+  [case] = w._cases.values()
+  writes: list = []
+  monkeypatch.setattr(workshops, "write_case", lambda *a: writes.append(a))
+  c = confirming.confirm(k, "CPU", r.best_opts, s, workshop=w)
+  assert c.verified and all(x.verified for x in c.candidates) and c.best_opts == r.best_opts and not writes
+  assert w._runners["devices.cpu"][0] is runner and runner.proc.is_alive() and case.exists()
+  w.close()
+  assert not case.exists() and not w._runners
+
+
+def test_a_workshop_keeps_the_last_cases_only_and_never_removes_one_being_read():
+  w = Workshop()
+  ks = [reduce("SUM", (16, n), (1,)) for n in (8, 16, 24, 32, 40, 48)]
+  with w.case(ks[0], {}, 0) as first:
+    dirs = []
+    for k in ks[1:]:
+      with w.case(k, {}, 0) as d: dirs.append(d)
+    assert first.exists() and (first / "want.npy").exists()  # read now: kept though the oldest
+  assert not first.exists() and sum(d.exists() for d in dirs) == Workshop.CASES
+  w.close()
+  assert not any(d.exists() for d in dirs)
+

@@ -4,8 +4,7 @@ each relative to its own baseline). A contended confirmation on the CPU is redon
 search's final check is (search/settings.py OnBusy), and one that stays contended raises DeviceBusy: the worker gives
 the job back to wait a while, and the store bounds how often (tunesvc/store/queue.py Backoff)."""
 from __future__ import annotations
-import importlib, statistics, tempfile, threading, time
-from pathlib import Path
+import importlib, statistics, threading, time
 from typing import Optional
 from devices import registry
 from linearizer import ACTION_SPACE_VERSION
@@ -14,18 +13,19 @@ from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from linearizer.lower import lower
 from search.result import Candidate, SearchResult, Status
-from search.runner import Runner, write_case
 from search.load import OtherLoad, wait_quiet
 from search.settings import OnBusy, SearchSettings
 from search.tune import DeviceBusy, SearchError, SearchStopped, _drift
+from search.workshop import WORKSHOP, Workshop
 
 CONFIRM_KEYS = ("opts", "confirms")  # what a confirm job's settings carry besides its search's
 
 
 def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
-            stop: Optional[threading.Event] = None) -> SearchResult:
+            stop: Optional[threading.Event] = None, workshop: Optional[Workshop] = None) -> SearchResult:
   """The opts and the hand-coded schedule, each verified against the reference, then re-timed interleaved: a SearchResult whose
-  best is `opts` (SearchError where they do not run at all; SearchStopped once `stop` is set)."""
+  best is `opts` (SearchError where they do not run at all; SearchStopped once `stop` is set). `workshop`: where the runner
+  and the case (inputs, reference output) come from, as tune()'s: a result this process found is confirmed on them."""
   start, dev = time.monotonic(), importlib.import_module(module) if module else registry.get(device)
   vv, kr, options, ms = ast.var_vals(settings.var_vals), ast.rebased(), dev.options(), settings.measure
   def check_stop() -> None:
@@ -33,9 +33,9 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
   hand = Kernel(kr, options)
   hand_coded_optimizations(hand)
   cands = [Candidate([o.to_json() for o in hand.applied_opts], Status.PENDING), Candidate(opts, Status.PENDING, 1)]
-  with tempfile.TemporaryDirectory(prefix="tunesvc-confirm-") as tmp, Runner(dev.__name__) as runner:
-    write_case(Path(tmp), kr, vv, ms.seed)
-    runner.setup(Path(tmp), vv)
+  ws = workshop or WORKSHOP
+  with ws.runner(dev.__name__) as runner, ws.case(kr, vv, ms.seed) as case:  # the search's runner, and its case where it is kept
+    runner.setup(case, vv)
     libs, srcs = [], []
     for c in cands:
       srcs.append(dev.render(lower(Kernel(kr, options).apply_opts(c.opts))))
