@@ -5,7 +5,8 @@ each model's forward captured in a TinyJit per contender, then the captured kern
 Contenders: tinygrad CLANG BEAM=0 (its default), tinygrad CLANG BEAM=2 (its own search; capture time = its tuning wall
 time, with a fresh private beam cache), tunesvc hand-coded (tunesvc.integrations.tinygrad, no service), tunesvc tuned
 (every distinct kernel submitted once to `tunesvc serve` on SQLite with local workers; the wall time until every one is
-tuned is tunesvc's tuning time; then a run with every kernel's opts served), and torch 2.13 CPU eager on the same weights
+tuned is tunesvc's tuning time; then a run with every kernel's opts served; tunesvc_tuned_all: the same with every kernel
+given the whole budget, worth_s 0, the search before it weighed kernels by their hand-coded time x runs), and torch 2.13 CPU eager on the same weights
 (a child process in the tinygrad-tests venv, `make tinygrad-tests` builds it) where --torch.
 
   CLANG=1 .venv/bin/python bench/tinygrad_models.py --models mlp,gpt2,resnet --layers 1 --budget-s 5 [--torch]
@@ -130,7 +131,7 @@ def jitted(steps, mode: str, url=None):
   Compiled.get_runner.cache_clear()  # each contender compiles (or searches) its own kernels
   tsvc.disable()
   BEAM.value = 2 if mode == "beam2" else 0
-  if mode.startswith("tunesvc"): tsvc.enable(url=url if mode == "tunesvc_tuned" else None, cache_dir=tempfile.mkdtemp(prefix="tsvc-cache-"))
+  if mode.startswith("tunesvc"): tsvc.enable(url=url if mode.startswith("tunesvc_tuned") else None, cache_dir=tempfile.mkdtemp(prefix="tsvc-cache-"))
   st = time.perf_counter()
   jits, outs = [], []
   for _, fn, fargs in steps:
@@ -195,8 +196,9 @@ class TorchChild:
     with np.load(f"{self.npz}.out.npz") as z: return [z[f"arr_{i}"] for i in range(len(z.files))]
 
 
-def tune_on_service(kernels, budget_s: float, workers: int) -> tuple[str, float, object, int]:
-  """Serve on SQLite with local workers, submit every distinct kernel once, wait until no job (search or confirmation) is
+def tune_on_service(kernels, runs, budget_s: float, workers: int, search: dict) -> tuple[str, float, object, int]:
+  """Serve on SQLite with local workers, submit every distinct kernel once (with its runs: what its search is worth) and
+  `search`'s settings besides the budget and beam 2, wait until no job (search or confirmation) is
   queued or running: (url, seconds, svc, kernels served tuned). A job can fail (e.g. the worker finds the machine too busy
   to confirm a time): that kernel then runs hand-coded."""
   from devices import registry
@@ -208,7 +210,7 @@ def tune_on_service(kernels, budget_s: float, workers: int) -> tuple[str, float,
   fp = dev.fingerprint_hash(dev.fingerprint())
   st = time.perf_counter()
   with Client(svc.url) as c:
-    c.submit(kernels, fp, {"budget_s": budget_s, "beam": 2}, model="bench")
+    c.submit(kernels, fp, {"budget_s": budget_s, "beam": 2, **search}, model="bench", runs=runs)
     while (n := c.http.get("/v1/jobs", params={"limit": 1}).json()["counts"]).get("queued") or n.get("running"): time.sleep(1)
     took, served = time.perf_counter() - st, sum(x is not None for x in c.lookup(fp, [k.key for k in kernels]))
   return svc.url, took, svc, served
@@ -223,6 +225,7 @@ def main() -> int:
   ap.add_argument("--torch", action="store_true", help="torch 2.13 eager too (needs `make tinygrad-tests`)")
   ap.add_argument("--budget-s", type=float, default=10.0, help="tunesvc search seconds per kernel")
   ap.add_argument("--workers", type=int, default=1, help="tunesvc local workers")
+  ap.add_argument("--search", default="{}", help="more of tunesvc's search settings, as JSON (e.g. {\"worth_s\": 0}: every kernel the whole budget)")
   ap.add_argument("--rounds", type=int, default=5)
   ap.add_argument("--kernel-reps", type=int, default=5, help="calls per kernel in the per-kernel times (the least counts)")
   ap.add_argument("--contenders", default="clang,beam2,tunesvc_hand,tunesvc_tuned")
@@ -240,10 +243,11 @@ def main() -> int:
     runs, svc = {}, None
     for mode in contenders:
       url = None
-      if mode == "tunesvc_tuned":
-        ks = [k for k, _ in tsvc.kernels()] if "tunesvc_hand" in runs else None
-        if ks is None: raise SystemExit("tunesvc_tuned needs tunesvc_hand before it (its kernels are the ones tuned)")
-        url, res["tunesvc_tuning_s"], svc, res["served_tuned"] = tune_on_service(ks, args.budget_s, args.workers)
+      if mode.startswith("tunesvc_tuned"):
+        if "tunesvc_hand" not in runs: raise SystemExit(f"{mode} needs tunesvc_hand before it (its kernels are the ones tuned)")
+        ks, kruns = [k for k, _ in tsvc.kernels()], [n for _, n in tsvc.kernels()]
+        search = {**json.loads(args.search), **({"worth_s": 0} if mode == "tunesvc_tuned_all" else {})}
+        url, res[f"{mode}_tuning_s"], svc, res[f"{mode}_served"] = tune_on_service(ks, kruns, args.budget_s, args.workers, search)
         res["distinct_kernels"] = len(ks)
       jits, outs, took, counts = jitted(steps, mode, url)
       runs[mode] = jits

@@ -18,16 +18,18 @@ class Strategy(Protocol):
   def observe(self, results: list[tuple[Kernel, Candidate]]) -> None: ...
 
 
-def drive(strategy: Strategy, measure: Measure, budget_candidates: Optional[int] = None, deadline: float = float("inf"),
+def drive(strategy: Strategy, measure: Measure, budget_candidates: Optional[int] = None, deadline: float | Callable[[], float] = float("inf"),
           stop: Optional[threading.Event] = None) -> list[tuple[Kernel, Candidate]]:
   """Every (kernel, candidate) measured, in measuring order. Round 0 (the seeds) is measured whatever the budget:
-  every search has a baseline."""
+  every search has a baseline. `deadline` (time.monotonic()) may be a function, asked after each round: the seeds'
+  measurements may move it (search/settings.py StrategySettings.effort)."""
   measured: list[tuple[Kernel, Candidate]] = []
   def left() -> int: return budget_candidates - len(measured) if budget_candidates is not None else 1 << 62
+  def due() -> float: return deadline() if callable(deadline) else deadline
   while ks := strategy.propose(left()):
     rnd = strategy.round
-    new = measure(ks, rnd, len(ks) if rnd == 0 else left(), float("inf") if rnd == 0 else deadline)
+    new = measure(ks, rnd, len(ks) if rnd == 0 else left(), float("inf") if rnd == 0 else due())
     measured += new
     strategy.observe(new)
-    if left() <= 0 or time.monotonic() >= deadline or stop and stop.is_set(): break
+    if left() <= 0 or time.monotonic() >= due() or stop and stop.is_set(): break
   return measured

@@ -39,12 +39,14 @@ class SearchStopped(Exception):
 
 def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
          progress: Optional[Callable[[int, Optional[float]], None]] = None, stop: Optional[threading.Event] = None,
-         warm: Sequence[Sequence[dict]] = (), workshop: Optional[Workshop] = None) -> SearchResult:
+         warm: Sequence[Sequence[dict]] = (), workshop: Optional[Workshop] = None, runs: int = 1) -> SearchResult:
   """Search the fastest verified schedule of `ast` on `device` within the settings' budget. `module` swaps the backend
   module (tests plant faults with it); progress(candidates measured, best seconds so far) is called after each
   measurement; setting `stop` abandons the search (SearchStopped) within a candidate's timing. `warm`: schedules to
   start from besides the hand-coded one (winners found elsewhere: warm_seeds), those illegal here left out. `workshop`:
-  where the compile pool and the runner come from and go back to (default: the process's, search/workshop.py)."""
+  where the compile pool and the runner come from and go back to (default: the process's, search/workshop.py). `runs`:
+  how often the kernel runs per inference of its model: with its hand-coded time, what the search is worth (the share of
+  the budget and timings it gets after the seeds: StrategySettings.effort)."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)
@@ -55,18 +57,19 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     # the reference runs (numpy, mostly outside the GIL) while the seeds render and compile; the first timing waits for it
     def prepare() -> None: runner.setup(held.enter_context(ws.case(kr, vv, s.measure.seed)), vv)
     case = bg.submit(prepare)
-    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case)
     root = Kernel(kr, dev.options())
     hand = root.copy()
     hand_coded_optimizations(hand)
+    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case,
+                     [o.to_json() for o in hand.applied_opts], runs)
     kind = ModelBeamStrategy if s.strategy.strategy is StrategyKind.MODEL else BeamStrategy
     strategy = kind(warm_seeds(root, [hand.applied_opts, [], *warm]), actions_for(root.options), s.strategy)
-    deadline = start + s.budget_s if s.budget_s is not None else float("inf")
+    def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     case.result()
     search.check_stop()
     with pool.paused() if dev.options().device == "CPU" else contextlib.nullcontext():  # a compile still running waits
-      base, win, med, ratios, conditions = search.final([c for _, c in measured], [o.to_json() for o in hand.applied_opts])
+      base, win, med, ratios, conditions = search.final([c for _, c in measured])
   fp = dev.fingerprint()
   return SearchResult(
     kernel_key=ast.key, kernel_name=ast.name or "", device=device, fingerprint=fp, fingerprint_hash=dev.fingerprint_hash(fp),
@@ -79,9 +82,11 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
 class _Search:
   """The measuring side of one search: builds into the runner, and the final check."""
   def __init__(self, dev, s: SearchSettings, builder: Builder, pool: CompilePool, runner: Runner, progress, stop,
-               case: Optional[Future] = None):
+               case: Optional[Future] = None, hand_opts: Optional[list[dict]] = None, runs: int = 1):
     self.dev, self.s, self.builder, self.pool, self.runner, self.progress, self.stop = dev, s, builder, pool, runner, progress, stop
     self.case = case  # the runner's setup, done once it is (its exception raised at the first timing)
+    self.hand_opts, self.runs = hand_opts or [], runs
+    self.effort = 1.0  # the share of the budget and timings this kernel is worth, known once the seeds are measured
     self.options = dev.options()
     self.best_s: Optional[float] = None
     self.libs: dict[str, Build] = {}   # source hash -> build of the candidates timed in full
@@ -113,7 +118,14 @@ class _Search:
     for b, c in sorted(seeds, key=lambda p: order[id(p[0].kernel)]):
       if more(): add(b.kernel, self.time(c, b, check))
     if not check: self.verify_fastest([c for _, c in out])
+    if rnd == 0: self.weigh([c for _, c in out])
     return out
+
+  def weigh(self, seeds: list[Candidate]) -> None:
+    """The effort the kernel is worth: its hand-coded seed's time (the fastest seed's where that one failed) x its runs."""
+    ok = [c for c in seeds if c.status is Status.OK and c.verified]
+    if hand := next((c for c in ok if c.opts == self.hand_opts), None) or min(ok, key=lambda c: c.fastest_s, default=None):
+      self.effort = self.s.strategy.effort(hand.fastest_s * self.runs)
 
   def verify_fastest(self, timed: list[Candidate]) -> None:
     """Check the round's fastest timed candidates against the reference, fastest first, until `need` of them passed:
@@ -139,13 +151,13 @@ class _Search:
     # a hang's limit: the warm-up and two runs at timeout_factor x the best, and the minimum measured time
     limit = s.seed_timeout_s if best is None else max(2.0, 3 * s.timeout_factor * best) + s.min_time_s
     with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
-      m = self.runner.measure(b.binary, b.name, check=check, timeout_s=limit, min_time_s=s.min_time_s,
+      m = self.runner.measure(b.binary, b.name, check=check, timeout_s=limit, min_time_s=s.min_time_s * self.effort,
                               early_stop_s=None if best is None else s.early_stop * best)
     c.status, c.times_s, c.error, c.verified, c.other_load = m.status, m.times_s, m.error, m.verified, round(m.other_load, 3)
     if c.status is Status.OK: self.libs[c.source_hash] = b
     return c
 
-  def final(self, measured: list[Candidate], hand_opts: list[dict]):
+  def final(self, measured: list[Candidate]):
     """Re-time the fastest few verified candidates and the baseline (the hand-coded one, else the unoptimised one),
     interleaved; the best median wins. On the CPU a contended check (FinalSettings) is redone once the machine is
     quiet, and one that stays contended raises DeviceBusy unless the baseline won it: a busy core made THREAD kernels
@@ -156,7 +168,7 @@ class _Search:
     if not ok:
       why = "; ".join(f"{c.opts or 'no opts'}: {c.status} {c.error}".strip() for c in self.candidates[:2])
       raise SearchError(f"no candidate ran correctly ({len(self.candidates)} tried); seeds: {why}")
-    base = next((c for c in ok if c.opts == hand_opts), None) or next((c for c in ok if not c.opts), ok[0])
+    base = next((c for c in ok if c.opts == self.hand_opts), None) or next((c for c in ok if not c.opts), ok[0])
     finalists = list({id(c): c for c in [c for c in ok[:s.final_top] if c.fastest_s < early_stop * ok[0].fastest_s] + [base]}.values())
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
     for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE else 0)):
@@ -171,7 +183,7 @@ class _Search:
       raise DeviceBusy(f"the rest of the machine kept {other:.2f} cores busy (the baseline drifted {drift:.0%}) through "
                        f"{attempt + 1} final checks: not stored")
     wt = rounds[id(win)]
-    conditions = {"other_load": round(other, 3), "drift": round(drift, 4), "retimed": attempt,
+    conditions = {"other_load": round(other, 3), "drift": round(drift, 4), "retimed": attempt, "effort": round(self.effort, 3),
                   "busy": busy_search or attempt > 0 or contended, "spread": round(max(wt) / min(wt), 4) if wt else None}
     return base, win, med, [b / w for b, w in zip(rounds[id(base)], wt)] or [1.0], conditions
 
@@ -182,7 +194,7 @@ class _Search:
       for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:
         b = self.libs[c.source_hash]
         m = self.runner.measure(b.binary, b.name, check=False, timeout_s=max(10.0, 50 * c.fastest_s),
-                                min_time_s=self.s.measure.min_time_s / 2, min_runs=1)
+                                min_time_s=self.s.measure.min_time_s / 2 * self.effort, min_runs=1)
         if m.status is Status.OK: rounds[id(c)].append(min(m.times_s))
       self.check_stop()
       if self.progress: self.progress(len(self.candidates), self.best_s)

@@ -31,7 +31,8 @@ def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candida
   # batched builds: the planted syntax error fails its batch, whose sources are then compiled one by one
   # no early stop: the planted wrong answer must be timed in full, whatever its speed, to reach its check
   # every candidate checked (verify_all), not only each round's fastest: the planted faults are what is tested here
-  s = SearchSettings.from_json(dict(beam=2, budget_s=60, early_stop=1e6, batch=True, verify_all=True, **FAST))
+  # the whole budget (worth_s 0), though the kernel is worth a tenth of it: the faults are in the first round's children
+  s = SearchSettings.from_json(dict(beam=2, budget_s=60, early_stop=1e6, batch=True, verify_all=True, worth_s=0, **FAST))
   r = tune(matmul(64, 64, 64), settings=s, module="fault_backend")
   first = {Opt.from_json(c.opts[0]): c for c in r.candidates if c.opts}
   got = {fault: first[opt] for opt, fault in fault_backend.FAULTS.items()}
@@ -167,13 +168,13 @@ def test_a_contended_final_check_is_redone_when_quiet_and_never_stores_a_slower_
   monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
   monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: None)
   s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
-  search = search_tune._Search(cpu, s, None, None, runner, None, None)
+  search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=base.opts)
   search.libs = {h: SimpleNamespace(binary=h.encode(), name="kernel", source="") for h in ("base", "single")}
   search.candidates = [base, single]
   if want is DeviceBusy:
-    with pytest.raises(DeviceBusy, match="cores busy"): search.final([base, single], base.opts)
+    with pytest.raises(DeviceBusy, match="cores busy"): search.final([base, single])
     return
-  b, win, med, ratios, cond = search.final([base, single], base.opts)
+  b, win, med, ratios, cond = search.final([base, single])
   assert win is base and med[id(base)] == 1.0 and cond["retimed"] == 1 and cond["busy"] and cond["other_load"] == 0.0
 
 
@@ -286,3 +287,19 @@ def test_each_round_checks_its_fastest_until_enough_pass_and_a_wrong_one_is_neve
   assert wrong.status is Status.MISMATCH and not wrong.verified
   assert [c.verified for c in rest] == [True, True, True, False, False, False] and all(c.status is Status.OK for c in rest)
   assert search.best_s == 2e-3  # the bar for early stops: the fastest verified
+
+
+def test_a_kernel_worth_little_gets_the_root_of_its_share_of_the_budget_and_timings():
+  s = StrategySettings(worth_s=1e-3, min_effort=0.1)
+  assert s.effort(1e-5) == 0.1 and s.effort(1e-4) == pytest.approx(0.1 ** 0.5) and s.effort(1e-3) == s.effort(5.0) == 1.0
+  assert StrategySettings(worth_s=0).effort(1e-9) == 1.0  # off: every kernel the whole budget
+
+
+@pytest.mark.timing
+def test_a_search_weighs_the_kernel_by_its_hand_coded_time_and_runs_and_cuts_its_budget_to_that():
+  # SUM of 64x64: a microsecond hand-coded; alone (1 run) it is worth a tenth of the budget, run a million times all of it
+  k, s = reduce("SUM", (64, 64), (1,)), SearchSettings.from_json(dict(beam=4, budget_s=4, worth_s=1e-3, min_effort=0.1, **FAST))
+  little, much = tune(k, settings=s), tune(k, settings=s, runs=10**6)
+  assert little.conditions["effort"] == 0.1 and much.conditions["effort"] == 1.0 and little.verified and much.verified
+  after_seeds = [len([c for c in r.candidates if c.round > 0]) for r in (little, much)]
+  assert after_seeds[0] < after_seeds[1] and little.search_s < much.search_s, (after_seeds, little.search_s, much.search_s)

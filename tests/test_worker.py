@@ -10,7 +10,7 @@ from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from devices import cpu
 from search.settings import FinalSettings, MeasureSettings, OnBusy, SearchSettings
-from search.tune import DeviceBusy
+from search.tune import DeviceBusy, SearchError
 from tunesvc import runtime
 from tunesvc.client import Client
 from workers import confirm as confirming
@@ -205,3 +205,18 @@ def test_a_workshop_keeps_the_last_cases_only_and_never_removes_one_being_read()
   w.close()
   assert not any(d.exists() for d in dirs)
 
+
+def test_a_claimed_job_says_how_often_its_kernel_runs_in_a_model_and_the_worker_passes_it_to_the_search(server, monkeypatch):
+  from workers import worker as working
+  a, b = reduce("SUM", (64, 256), (1,)), reduce("SUM", (64, 128), (1,))
+  with Client(server, "sub") as user, Client(server, "wrk") as wc:
+    user.submit([a], "CPU", SEARCH, model="net", runs=[40])
+    user.submit([b], "CPU", SEARCH)
+    w = Worker(wc, "CPU")
+    jobs = {j["kernel_key"]: j for j in (wc.claim(w.id), wc.claim(w.id))}
+    assert jobs[a.key]["runs"] == 40 and jobs[b.key]["runs"] == 1
+    seen: list = []
+    monkeypatch.setattr(working, "tune", lambda *args, runs, **kw: seen.append(runs) or (_ for _ in ()).throw(SearchError("enough")))
+    w.work(jobs[a.key])
+    assert seen == [40]
+  assert [working.runs_of(j) for j in ({"runs": 3}, {}, {"runs": 0}, {"runs": "9"}, {"runs": True})] == [3, 1, 1, 1, 1]

@@ -33,6 +33,12 @@ def warm_of(job: dict) -> list[list]:
   return [w for w in warm if isinstance(w, list)] if isinstance(warm, list) else []
 
 
+def runs_of(job: dict) -> int:
+  """How often the job's kernel runs per inference of its model (what its search is worth), 1 where unknown."""
+  runs = job.get("runs")
+  return runs if isinstance(runs, int) and not isinstance(runs, bool) and runs >= 1 else 1
+
+
 class Worker:
   def __init__(self, client: Client, device: str = "CPU", name: Optional[str] = None, lease_s: float = 60.0, poll_s: float = 2.0,
                module: Optional[str] = None, stopping: Optional[threading.Event] = None):
@@ -81,7 +87,7 @@ class Worker:
     try:
       if job.get("kind") == JobKind.CONFIRM:
         result = confirm(load(job["kernel"]), self.device, job["settings"]["opts"], settings, module=self.module, stop=stop)
-      else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop, warm=warm_of(job))
+      else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop, warm=warm_of(job), runs=runs_of(job))
     except SearchStopped:
       if not lost.is_set(): self.deliver(jid, "release", lambda: self.client.release(self.id, jid))  # stopping: no attempt spent
       return False

@@ -250,6 +250,7 @@ class ClaimOut(BaseModel):
   settings: dict[str, Any]
   attempts: int = Field(description="failed attempts so far")
   lease_expires: float
+  runs: int = Field(1, description="how often the kernel runs per inference (the most any model recorded): what its search is worth")
 
 class HeartbeatRequest(Request):
   job_id: Id

@@ -10,7 +10,7 @@ from tunesvc.api.auth import WORKER, Caller, role
 from tunesvc.api.models import ClaimOut, ClaimRequest, HeartbeatOut, HeartbeatRequest, IdPath, JobOut, RegisterRequest, \
   ReleaseRequest, ReportOut, ReportRequest, WorkerOut
 from tunesvc.states import JobState
-from tunesvc.store import queue
+from tunesvc.store import queue, reads
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[role("worker")])
 # the key the worker's registration was given; a missing one is nobody's
@@ -33,7 +33,7 @@ def claim(worker_id: IdPath, body: ClaimRequest, request: Request, key: WorkerKe
   if (got := queue.claim(request.app.state.store, worker_id, body.lease_s, body.action_space_version, key)) is None: return Response(status_code=204)
   j, k = got
   return ClaimOut(job_id=j.id, kind=j.kind, kernel_key=j.kernel_key, kernel=k.document, device=j.device, settings=j.settings, attempts=j.attempts,
-                  lease_expires=j.lease_expires)
+                  lease_expires=j.lease_expires, runs=reads.kernel_runs(request.app.state.store, j.kernel_key))
 
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatOut, responses={409: {"description": "the job was taken away"}})

@@ -130,6 +130,10 @@ def model_kernels(st: Store, model: str, limit: int = 50, offset: int = 0) -> tu
   return [(key, name, runs, MODEL_ORDER[rank]) for key, name, runs, rank in rows[:limit]], len(rows) > limit
 
 
+def kernel_runs(st: Store, key: str) -> int:
+  """How often the kernel runs per inference: the most any model recorded for it (1 where none did)."""
+  with st.read() as s: return s.scalar(select(func.max(ModelKernel.runs)).where(ModelKernel.kernel_key == key)) or 1
+
 def devices(st: Store) -> set[str]:
   """Every device selector some worker has registered: backend names and fingerprint hashes."""
   with st.read() as s: return {x for row in s.execute(select(Fingerprint.backend, Fingerprint.hash)) for x in row}
