@@ -54,7 +54,7 @@ TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
 TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings().build.compile_timeout_s:.0f}"}
 # tunesvc's search as it was before this session's cuts: every child of the beam measured, and checked against the
 # reference, one gcc per candidate. Its winners are the quality bar of the faster one (issue 13: a geometric mean at least as fast)
-PREVIOUS = {"strategy": "beam", "batch": False, "verify_all": True}
+PREVIOUS = {"strategy": "beam", "batch": False, "verify_all": True, "worth_s": 0}  # worth_s 0: every kernel the whole budget
 
 # ---------------------------------------------------------------- corpus kernels as tinygrad Tensor programs
 

@@ -42,13 +42,13 @@ class StrategySettings:
   # a production autotuner spends its trials where a model's time is (TVM's task scheduler: by each task's share of the
   # end-to-end latency); a worker sees one kernel, so its search weighs the kernel by its worth, the hand-coded time x its
   # runs per inference (measured with the seeds): it cannot win back more than that, and a measured candidate costs ~30-70 ms
-  worth_s: float = job_field(1e-3, "worth (hand-coded time x runs per inference) at which a search gets its whole budget and timings; "
-                             "less worth gets the square root of its share of them (0: every kernel all of them)", ge=0, le=3600)
-  min_effort: float = job_field(0.1, "the least share of the budget and timings a kernel of little worth gets", gt=0, le=1)
+  worth_s: float = job_field(1e-3, "worth (hand-coded time x runs per inference) at which a search gets its whole budget; "
+                             "less worth gets the square root of its share of it (0: every kernel all of it)", ge=0, le=3600)
+  min_effort: float = job_field(0.1, "the least share of the budget a kernel of little worth gets", gt=0, le=1)
 
   def effort(self, worth_s: float) -> float:
-    """The share of the budget (after the seeds) and of each timing a kernel of this worth gets: the root (a kernel worth
-    a hundredth gets a tenth) within [min_effort, 1]."""
+    """The share of the budget (after the seeds) a kernel of this worth gets: the root (a kernel worth a hundredth gets a
+    tenth) within [min_effort, 1]. Its timings stay: under a millisecond they end at max_runs before min_time_s anyway."""
     return 1.0 if self.worth_s <= 0 else min(1.0, max(self.min_effort, (worth_s / self.worth_s) ** 0.5))
 
 

@@ -46,7 +46,7 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   start from besides the hand-coded one (winners found elsewhere: warm_seeds), those illegal here left out. `workshop`:
   where the compile pool and the runner come from and go back to (default: the process's, search/workshop.py). `runs`:
   how often the kernel runs per inference of its model: with its hand-coded time, what the search is worth (the share of
-  the budget and timings it gets after the seeds: StrategySettings.effort)."""
+  the budget it gets after the seeds: StrategySettings.effort)."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)
@@ -86,7 +86,7 @@ class _Search:
     self.dev, self.s, self.builder, self.pool, self.runner, self.progress, self.stop = dev, s, builder, pool, runner, progress, stop
     self.case = case  # the runner's setup, done once it is (its exception raised at the first timing)
     self.hand_opts, self.runs = hand_opts or [], runs
-    self.effort = 1.0  # the share of the budget and timings this kernel is worth, known once the seeds are measured
+    self.effort = 1.0  # the share of the budget this kernel is worth, known once the seeds are measured
     self.options = dev.options()
     self.best_s: Optional[float] = None
     self.libs: dict[str, Build] = {}   # source hash -> build of the candidates timed in full
@@ -151,7 +151,7 @@ class _Search:
     # a hang's limit: the warm-up and two runs at timeout_factor x the best, and the minimum measured time
     limit = s.seed_timeout_s if best is None else max(2.0, 3 * s.timeout_factor * best) + s.min_time_s
     with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
-      m = self.runner.measure(b.binary, b.name, check=check, timeout_s=limit, min_time_s=s.min_time_s * self.effort,
+      m = self.runner.measure(b.binary, b.name, check=check, timeout_s=limit, min_time_s=s.min_time_s,
                               early_stop_s=None if best is None else s.early_stop * best)
     c.status, c.times_s, c.error, c.verified, c.other_load = m.status, m.times_s, m.error, m.verified, round(m.other_load, 3)
     if c.status is Status.OK: self.libs[c.source_hash] = b
@@ -171,7 +171,9 @@ class _Search:
     base = next((c for c in ok if c.opts == self.hand_opts), None) or next((c for c in ok if not c.opts), ok[0])
     finalists = list({id(c): c for c in [c for c in ok[:s.final_top] if c.fastest_s < early_stop * ok[0].fastest_s] + [base]}.values())
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
-    for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE else 0)):
+    # a kernel worth less than the whole effort waits for no quiet machine (two waits cost a minute): a contended check
+    # stores its baseline, never slower than itself
+    for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE and self.effort >= 1 else 0)):
       if attempt: self.wait_quiet()
       load = OtherLoad(self.runner.pid)
       rounds = self.final_rounds(finalists)
@@ -179,7 +181,8 @@ class _Search:
       med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
       win = min(finalists, key=lambda c: (med[id(c)], c is not base))
       if not (contended := self.options.device == "CPU" and (other >= s.busy_load or drift > s.max_drift)): break
-    if contended and win is not base and s.on_busy == OnBusy.REFUSE:  # a baseline that won is stored: never slower than itself
+    if contended and win is not base and s.on_busy == OnBusy.REFUSE and self.effort < 1: win = base
+    elif contended and win is not base and s.on_busy == OnBusy.REFUSE:  # a baseline that won is stored: never slower than itself
       raise DeviceBusy(f"the rest of the machine kept {other:.2f} cores busy (the baseline drifted {drift:.0%}) through "
                        f"{attempt + 1} final checks: not stored")
     wt = rounds[id(win)]
@@ -194,7 +197,7 @@ class _Search:
       for c in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:
         b = self.libs[c.source_hash]
         m = self.runner.measure(b.binary, b.name, check=False, timeout_s=max(10.0, 50 * c.fastest_s),
-                                min_time_s=self.s.measure.min_time_s / 2 * self.effort, min_runs=1)
+                                min_time_s=self.s.measure.min_time_s / 2, min_runs=1)
         if m.status is Status.OK: rounds[id(c)].append(min(m.times_s))
       self.check_stop()
       if self.progress: self.progress(len(self.candidates), self.best_s)

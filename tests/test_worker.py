@@ -3,7 +3,7 @@ killed with SIGKILL mid-search whose job another worker finishes once the lease 
 import os, signal, socket, subprocess, sys, threading, time
 import pytest
 from search_results import cpu_fingerprint, search_result
-from linearizer import reference
+from linearizer import ACTION_SPACE_VERSION, reference
 from linearizer.builders import reduce
 from linearizer.compare import compare
 from linearizer.heuristic import hand_coded_optimizations
@@ -167,7 +167,7 @@ def test_a_worker_gives_a_busy_confirmation_back_to_wait_without_spending_an_att
     job, = user.submit([k], "CPU", SEARCH)
     searcher = wc.register("searcher", "CPU", fp, h, cpu.options().to_json())
     wc.claim(searcher)
-    wc.report(searcher, job["job_id"], search_result(k, fp, h, best_s=1e-5))
+    wc.report(searcher, job["job_id"], search_result(k, fp, h, best_s=1e-5, version=ACTION_SPACE_VERSION))  # a version this worker claims
     w = Worker(wc, "CPU")
     assert w.run(max_jobs=1) == 1  # the confirm job, given back
     c = user.job(job["job_id"] + 1)
