@@ -155,7 +155,9 @@ class _Lowering:
     for j in k.packed:  # a packed LOAD reads its copy: local memory over its pack axes, row-major, the vector axis innermost
       size, strides = 1, {}
       for i in reversed(self.pack_order(j)): strides[i], size = size, size * concrete(full[i])
-      self.st_of[k.leaves[j]] = ShapeTracker((View.create(full, [strides.get(i, 0) for i in range(self.n)]),))
+      # the leaf's own shape: an axis it is broadcast along keeps size 1, so index() reads 0 there as for any leaf (an
+      # upcast axis there has no lane of its own to read)
+      self.st_of[k.leaves[j]] = ShapeTracker((View.create(k.sts[j].shape, [strides.get(i, 0) for i in range(self.n)]),))
       self.buf_of[k.leaves[j]] = f"pack{j}"
 
   def pack_order(self, leaf: int) -> list[int]: return sorted(self.k.pack_axes(leaf), key=lambda i: (i == self.vaxis, i))

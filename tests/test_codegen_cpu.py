@@ -160,10 +160,11 @@ def test_packed_schedules_match_the_reference_and_the_unpacked_bits(k, opts):
 def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
   k = matmul(512, 512, 512)
   opts = hand_coded_optimizations(Kernel(k, cpu.options()))
-  assert [(o.axis, o.amt) for o in opts if o.op == "BLOCK"] == [(2, 128), (2, 16)]  # K in 256s (unrolled by 2), N in 256s
+  lanes = max(cpu.options().float_vector_widths)  # N's steps are a vector wide: 16 floats with AVX-512, 8 with AVX2
+  assert [(o.axis, o.amt) for o in opts if o.op == "BLOCK"] == [(2, 128), (2, 256 // lanes)]  # K in 256s (unrolled by 2), N in 256s
   assert [o.axis for o in opts if o.op == "PACK"] == [2]  # B's block, reused by every row; A's rows would not fit beside it
   check(k, opts=opts)
-  for small in (matmul(64, 64, 64), reduce("SUM", (64, 4096), (1,)), matmul(100, 3000, 999)):  # no reuse, or no vector axis
+  for small in (matmul(64, 64, 64), reduce("SUM", (64, 4096), (1,)), matmul(100, 2999, 999)):  # no reuse, or no vector axis (odd N)
     assert not any(o.op in ("BLOCK", "PACK") for o in hand_coded_optimizations(Kernel(small, cpu.options())))
 
 
@@ -504,6 +505,13 @@ def test_a_vector_axis_is_only_taken_where_every_lane_of_the_other_upcasts_store
   k, opts = corpus_kernel(corpus, "sops_4149"), [Opt("THREAD", 0, 2), Opt("PADTO", 1, 8), Opt("UPCAST", 1, 8), Opt("UPCAST", 1, 0)]
   assert "_lane" not in compile_kernel(k, "CPU", opts)[0] and all(u.vec == 1 for u in program(k, opts).uops if u.op == "STORE")
   check(k, opts=opts)
+
+def test_a_packed_leaf_read_outside_the_reduce_indexes_its_copy_like_itself(corpus):
+  # found by the fuzzer: leaf 2 is read once per output (size 1 along the reduce), leaf 4 along it, and the reduce is
+  # unrolled by 3. The packed copy's view had the kernel's full shape, so leaf 2's load indexed the unrolled axis,
+  # which has no loop of its own (KeyError in lower); it keeps the leaf's own shape now
+  k, opts = corpus_kernel(corpus, "sops_856"), [Opt("PACK", 2), Opt("UNROLL", 0, 3), Opt("PACK", 4), Opt("THREAD", 0, 2)]
+  assert np.array_equal(check(k, opts=opts, seed=4), check(k, opts=[o for o in opts if o.op != "PACK"], seed=4))
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_zero_and_negative_zero_constants_stay_apart(device):
