@@ -425,7 +425,8 @@ def test_only_the_submitter_or_an_admin_cancels_a_job_and_a_cancelled_running_jo
       assert r.status_code == 403 and "only it or an admin may cancel it" in r.json()["detail"], r.text
     assert api.get(f"/v1/jobs/{mine['job_id']}", headers=SUB).json()["state"] == "done"  # its confirmation runs on
     assert cancel(check, ADM).status_code == 200  # an admin may: the result it would confirm is refuted
-    assert api.get(f"/v1/jobs/{mine['job_id']}", headers=SUB).json()["state"] == "failed"
+    got = api.get(f"/v1/jobs/{mine['job_id']}", headers=SUB).json()
+    assert got["state"] == "failed" and "searched again" not in got["error"]  # a cancel is no refutation to retry
     assert claim(api, wid)["job_id"] == theirs["job_id"]
     assert cancel(theirs, SUB).status_code == 200  # its submitter's, while it runs
     assert api.post(f"/v1/workers/{wid}/heartbeat", json={"job_id": theirs["job_id"]}, headers=W(wid)).status_code == 409  # stop
@@ -472,7 +473,8 @@ def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_
     got = api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()
     assert got["state"] == "failed" and "refuted" in got["error"] and got["result"]["status"] == "refuted"
     assert api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).status_code == 404
-    again, = submit(api, [k])  # searched again, honestly this time, and confirmed by the other worker
+    again, = submit(api, [k])  # already searched again with no new request, honestly this time, and confirmed by the other worker
+    assert f"searched again as job {again['job_id']}" in got["error"] and claim(api, thief) is None and claim(api, accomplice) is None
     assert claim(api, honest)["job_id"] == again["job_id"] and report(api, honest, again, best_s=1e-3).status_code == 200
     confirm(api, thief, again, best_s=1.1e-3)
     served = api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}).json()

@@ -343,8 +343,27 @@ def test_a_second_measurement_that_disagrees_refutes_the_result_and_fails_its_jo
   j, r = reads.job(store, job.id)
   assert r.status == "refuted" and j.state == "failed" and f"result {res.id} refuted" in j.error and why in j.error
   assert reads.lookup(store, [k.key], h) == {}
-  (again, _), = queue.submit(store, [k], "CPU", {})  # a new request searches again
-  assert again.id != job.id and again.state == "queued"
+  again, _ = queue.claim(store, cpu_worker.id, 60)  # searched again with no new request, the refutation an attempt spent
+  assert again.id != job.id and (again.kind, again.attempts) == ("tune", 1) and f"searched again as job {again.id}" in j.error
+  assert f"result {res.id} refuted" in again.error and queue.submit(store, [k], "CPU", {})[0][0].id == again.id  # a request shares it
+
+
+def test_a_forgery_refuted_in_a_fleet_is_searched_again_by_other_credentials_and_retries_are_bounded(store):
+  """Before: a refuted result failed its search for good, so a stolen worker token denied a kernel its tuning with one forgery."""
+  k, (fp, h) = example("matmul_512"), cpu_fingerprint()
+  thief, honest = [queue.register(store, n, "CPU", fp, h, cpu_options(), registrant=n) for n in ("thief", "honest")]
+  fleet = proof.Proof(confirm_on_other_worker=True)
+  (job, _), = queue.submit(store, [k], "CPU", {}, max_attempts=2)
+  for n, (liar, judge) in enumerate([(thief, honest), (honest, thief)]):
+    j, _ = queue.claim(store, liar.id, 60)
+    queue.report(store, liar.id, j.id, search_result(k, fp, h), fleet)
+    c, _ = queue.claim(store, judge.id, 60)
+    queue.report(store, judge.id, c.id, measured(k, baseline_s=2e-3, best_s=4e-3), fleet)
+    assert reads.job(store, j.id)[0].state == "failed"
+    if n == 0:  # the retry is not the refuted worker's credentials' to claim
+      assert queue.claim(store, thief.id, 60) is None
+  assert j.attempts == 1 and queue.claim(store, honest.id, 60) is None and queue.claim(store, thief.id, 60) is None  # attempts spent
+  assert reads.lookup(store, [k.key], h) == {} and "searched again" not in reads.job(store, j.id)[0].error
 
 
 @pytest.mark.parametrize("scale", [3.0, 0.4])

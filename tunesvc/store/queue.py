@@ -27,7 +27,9 @@ Proof (tunesvc/store/proof.py): every report is checked against the stored kerne
 LinearizerOptions (Invalid otherwise). A verified result is unconfirmed: its report queues a confirm job (kind
 "confirm", on the exact fingerprint, ahead of searches; with Proof.confirm_on_other_worker, for a worker other than the
 result's and registered with other credentials) whose measurement confirms it -- it becomes the best that
-lookups serve -- or refutes it, failing its job with the reason. An admin invalidates results (one, a kernel's, or a
+lookups serve -- or refutes it, failing its job with the reason; while that search has attempts left, the refutation costs
+one and a new search of the kernel is queued at once, for the workers the confirmation was (so in a fleet not for the refuted
+worker's credentials: a stolen token's forgery costs the kernel an attempt, not its tuning). An admin invalidates results (one, a kernel's, or a
 worker's and those it confirmed): they leave the best, the next confirmed result takes their place, their jobs fail
 with the reason and a new search of each is queued.
 """
@@ -153,7 +155,7 @@ def cancel(st: Store, job_id: int, reason: str, by: Optional[str] = None) -> Job
     if job.state in ENDED: raise Conflict(f"job {job_id} has ended: it is {job.state}")
     job.state, job.finished, job.error = JobState.FAILED, time.time(), job.error + f"cancelled: {reason}\n"
     job.lease_owner = job.lease_expires = job.last_owner = None
-    if job.kind == JobKind.CONFIRM and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} was cancelled", job.finished)
+    if job.kind == JobKind.CONFIRM: _refute(s, job, f"its confirm job {job.id} was cancelled", job.finished, retry=False)
   return job
 
 
@@ -165,7 +167,7 @@ def _attempt_failed(s: Session, job: Job, reason: str, t: float, retry: bool = T
   if retry and job.attempts < job.max_attempts: job.state = JobState.QUEUED
   else:
     job.state, job.finished = JobState.FAILED, t
-    if job.kind == JobKind.CONFIRM and job.confirms is not None: _refute(s, job.confirms, f"its confirm job {job.id} failed: {reason}", t)
+    if job.kind == JobKind.CONFIRM: _refute(s, job, f"its confirm job {job.id} failed: {reason}", t)
 
 def _expire(s: Session, t: float) -> int:
   jobs = s.scalars(select(Job).where(Job.state == JobState.RUNNING, Job.lease_expires < t).with_for_update(skip_locked=True)).all()
@@ -316,9 +318,9 @@ def _settle(st: Store, s: Session, job: Job, measured: Result, pf: proof.Proof, 
   claimed = s.get_one(Result, job.confirms, with_for_update=True)
   if claimed.status != ResultStatus.UNCONFIRMED: return  # invalidated meanwhile
   claimed.confirmed_by = measured.id
-  if not measured.verified: return _refute(s, claimed.id, f"the confirm measurement {measured.id} did not verify", t)
+  if not measured.verified: return _refute(s, job, f"the confirm measurement {measured.id} did not verify", t)
   if (why := pf.disagreement((claimed.baseline_s, claimed.best_s), (measured.baseline_s, measured.best_s))) is not None:
-    return _refute(s, claimed.id, f"the confirm measurement {measured.id} disagrees: {why}", t)
+    return _refute(s, job, f"the confirm measurement {measured.id} disagrees: {why}", t)
   claimed.status = ResultStatus.CONFIRMED
   _promote(st, s, claimed)
 
@@ -329,13 +331,21 @@ def _promote(st: Store, s: Session, r: Result) -> None:
                                       set_=dict(result_id=ins.excluded.result_id, best_s=ins.excluded.best_s),
                                       where=Best.best_s > ins.excluded.best_s))
 
-def _refute(s: Session, result_id: int, why: str, t: float) -> None:
-  r = s.get_one(Result, result_id, with_for_update=True)
-  if r.status != ResultStatus.UNCONFIRMED: return
+def _refute(s: Session, confirm: Job, why: str, t: float, retry: bool = True) -> None:
+  """The confirm job's result is refuted and its search fails with the reason. With `retry`, while the search has attempts
+  left, the refutation costs one and the kernel is searched again at once, by a worker the confirmation could have come
+  from (in a fleet, none of the refuted worker's credentials): a stolen token's forgery must not leave a kernel untuned."""
+  if confirm.confirms is None or (r := s.get_one(Result, confirm.confirms, with_for_update=True)).status != ResultStatus.UNCONFIRMED: return
   r.status, r.note = ResultStatus.REFUTED, why
-  if (job := s.get_one(Job, r.job_id, with_for_update=True)).state == JobState.DONE:
-    job.state, job.finished, job.error = JobState.FAILED, t, job.error + f"result {r.id} refuted: {why}\n"
-
+  if (job := s.get_one(Job, r.job_id, with_for_update=True)).state != JobState.DONE: return
+  job.state, job.finished, job.error = JobState.FAILED, t, job.error + f"result {r.id} refuted: {why}\n"
+  if not retry or job.attempts + 1 >= job.max_attempts: return
+  s.flush()  # the failed job leaves the unique index of requests before its retry enters it
+  s.add(again := Job(kernel_key=job.kernel_key, device=job.device, settings=job.settings, settings_hash=job.settings_hash, state=JobState.QUEUED,
+                     error=job.error, priority=job.priority, attempts=job.attempts + 1, max_attempts=job.max_attempts, created=t,
+                     kind=JobKind.TUNE, submitter=job.submitter, avoid_worker=confirm.avoid_worker, avoid_registrant=confirm.avoid_registrant))
+  s.flush()
+  job.error += f"searched again as job {again.id}\n"
 
 def invalidate(st: Store, reason: str, result_id: Optional[int] = None, kernel_key: Optional[str] = None,
                worker_id: Optional[int] = None) -> tuple[list[int], list[int]]:
