@@ -2,20 +2,24 @@
 
 Read off the linear IR (linearizer/lower.py) in one pass: how many of each op, loads and stores by vector width and by
 how their index moves with the innermost loop (contiguous: +1 per iteration, or a vector load; broadcast: the same
-element every iteration, or a VBROADCAST; strided: anything else, a VBUILD's gathered lanes too), the loops' extents (the outermost's: their order),
-the accumulators (the register tile), threads and launch size, and the work per innermost iteration and in all (each op
-weighted by its lanes and the extents of the loops around it). Sizes that span orders of magnitude are log2'd."""
+element every iteration, or a VBROADCAST; strided: anything else, a VBUILD's gathered lanes too), how they move with the
+outermost loop (those that do not are read again by every thread of a THREAD, every block of a BLOCK; the others, the
+bytes they move a step: which operand a THREAD splits), the loads from local memory (a PACK's copy: which operand it
+packs), the loops' extents (the outermost's: their order), the accumulators (the register tile), threads and launch
+size, and the work per innermost iteration and in all (each op weighted by its lanes and the extents of the loops around
+it). Sizes that span orders of magnitude are log2'd."""
 from __future__ import annotations
 import math
 from linearizer.kernel import Kernel
 from linearizer.lower import Program, UOps, lower
 from linearizer.shapetracker import affine
-from linearizer.symbolic import Var, smax
+from linearizer.symbolic import Var, smax, variables
 
 WIDTHS = (1, 2, 4, 8, 16)   # vector-width buckets of loads and stores (16: 16 lanes or more)
 STRIDES = ("contiguous", "broadcast", "strided")
 NAMES: tuple[str, ...] = (*(f"n_{op.name.lower()}" for op in UOps), *(f"{m}_w{w}" for m in ("load", "store") for w in WIDTHS),
-                          *(f"load_{s}" for s in STRIDES), "mulacc", "alu_lanes", "loops", "log_loop_product", "log_outermost", "log_innermost",
+                          *(f"load_{s}" for s in STRIDES), "outer_invariant_loads", "log_outer_stride", "local_loads",
+                          "mulacc", "alu_lanes", "loops", "log_loop_product", "log_outermost", "log_innermost",
                           "accumulators", "acc_lanes", "threads", "log_groups", "local_size", "alu_per_iter", "bytes_per_iter",
                           "log_total_alu", "log_total_bytes", "intensity", "ir_size")
 AT = {n: i for i, n in enumerate(NAMES)}
@@ -31,6 +35,7 @@ def program_features(prog: Program) -> list[float]:
   loops: list[tuple[Var, int]] = []     # (loop variable, extent) of the loops open at each uop
   weight, depth_max, total_alu, total_bytes, threads = 1, 0, 0.0, 0.0, 1
   inner_alu, inner_bytes = 0.0, 0.0        # work in the body of the deepest loop nest
+  outer_stride = 0.0                       # bytes the loads' indices move per step of their outermost loop, summed
   for u in prog.uops:
     f[AT[f"n_{u.op.name.lower()}"]] += 1
     if u.op is UOps.LOOP:
@@ -51,7 +56,11 @@ def program_features(prog: Program) -> list[float]:
     nbytes = u.vec * dt.itemsize if u.op in (UOps.LOAD, UOps.STORE) and dt is not None else 0
     if u.op in (UOps.LOAD, UOps.STORE):
       f[AT[f"{u.op.name.lower()}_w{min((w for w in WIDTHS if w >= u.vec), default=16)}"]] += 1
-    if u.op is UOps.LOAD: f[AT[f"load_{_stride(u, loops)}"]] += 1
+    if u.op is UOps.LOAD:
+      f[AT[f"load_{_stride(u, loops)}"]] += 1
+      if isinstance(u.arg[0], str): f[AT["local_loads"]] += 1  # a DEFINE_LOCAL's name
+      if loops and loops[0][0] not in variables(u.arg[1]): f[AT["outer_invariant_loads"]] += 1
+      elif loops and (aff := affine(u.arg[1], [loops[0][0]])) and isinstance(c := aff[0][0], int): outer_stride += abs(c) * nbytes / u.vec
     if u.op is UOps.VBROADCAST: f[AT["load_broadcast"]] += 1
     if u.op is UOps.VBUILD: f[AT["load_strided"]] += 1
     if u.arg == "MULACC": f[AT["mulacc"]] += 1
@@ -65,6 +74,7 @@ def program_features(prog: Program) -> list[float]:
   f[AT["local_size"]] = math.prod(prog.local)
   f[AT["alu_per_iter"]], f[AT["bytes_per_iter"]] = inner_alu, inner_bytes
   f[AT["log_total_alu"]], f[AT["log_total_bytes"]] = math.log2(1 + total_alu), math.log2(1 + total_bytes)
+  f[AT["log_outer_stride"]] = math.log2(1 + outer_stride)
   f[AT["intensity"]] = total_alu / max(1.0, total_bytes)
   f[AT["ir_size"]] = len(prog.uops)
   return f

@@ -8,7 +8,7 @@ from linearizer.ast import loads
 from linearizer.builders import matmul
 from linearizer.compare import compare
 from linearizer.heuristic import hand_coded_optimizations
-from linearizer.kernel import Kernel, Opt
+from linearizer.kernel import Kernel, Opt, OptOp
 from linearizer.lower import lower
 from search.actions import actions_for, children
 from search.cost_model import CostModel
@@ -23,6 +23,7 @@ from search.tune import tune
 from tunesvc.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples/kernels/maxpool_2x2.json"
+WIDEST = f"load_w{max(cpu.options().float_vector_widths)}"  # this CPU's widest float load: load_w8 (AVX2) or load_w16 (AVX-512)
 
 
 def kendall_tau(a, b) -> float:
@@ -39,10 +40,15 @@ def test_features_are_a_fixed_length_deterministic_vector_that_tells_schedules_a
   assert all(len(f) == len(NAMES) and all(math.isfinite(x) for x in f) for f in fs)
   assert fs == [features(c.copy()) for c in kids]  # lowered again: the same vector
   assert len({tuple(f) for f in fs}) >= len(fs) - 2  # children may lower alike (a split that changes nothing); most differ
+  # the same op on another axis (THREAD0:2, THREAD1:2; PACK1, PACK2) is another schedule: a square tile (AVX2's 8x8) gave both one vector
+  alike = [(a, b) for (c, a), (d, b) in itertools.combinations(zip(kids[2:], fs[2:]), 2)
+           if (c.applied_opts[-1].op, c.applied_opts[-1].amt) == (d.applied_opts[-1].op, d.applied_opts[-1].amt)]
+  assert {OptOp.PACK, *([OptOp.THREAD] if k.options.threads > 1 else [])} <= {c.applied_opts[-1].op for c in kids[2:]}
+  assert alike and all(a != b for a, b in alike)
   plain, tuned = dict(zip(NAMES, fs[0])), dict(zip(NAMES, fs[1]))
   assert plain["accumulators"] == 1 and tuned["accumulators"] > 1 and tuned["acc_lanes"] > plain["acc_lanes"]
   assert plain["load_strided"] == 1 and plain["load_contiguous"] == 1  # B read down its columns, A along its rows
-  assert tuned["load_w16"] > 0 and plain["load_w1"] == 2 and plain["log_loop_product"] == 18  # 64^3 iterations
+  assert tuned[WIDEST] > 0 and plain["load_w1"] == 2 and plain["log_loop_product"] == 18  # 64^3 iterations
 
 
 def test_the_model_ranks_a_monotone_relation_on_held_out_points():
