@@ -68,11 +68,11 @@ def test_the_model_refuses_too_little_data_and_ranking_before_fitting():
   with pytest.raises(ValueError, match="not fitted"): CostModel().rank([[1.0]])
 
 
-def _synthetic_s(f: list[float]) -> float: return 1e-3 / f[AT["threads"]] / (1 + f[AT["alu_per_iter"]]) ** 0.5 / (1 + f[AT["load_w16"]])
+def _synthetic_s(f: list[float]) -> float: return 1e-3 / f[AT["threads"]] / (1 + f[AT["alu_per_iter"]]) ** 0.5 / (1 + f[AT[WIDEST]])
 
 
 def _feature_timed(log):
-  """Deterministic timings the features explain: more threads, more work per inner iteration, wide loads are faster."""
+  """Deterministic timings the features explain: more threads, more work per inner iteration, this CPU's widest loads are faster."""
   def measure(kernels, rnd, limit, deadline):
     log.extend((rnd, tuple(k.applied_opts)) for k in kernels[:limit])
     return [(k, Candidate([o.to_json() for o in k.applied_opts], Status.OK, rnd, times_s=[_synthetic_s(features(k))], verified=True))
