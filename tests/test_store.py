@@ -409,6 +409,26 @@ def test_a_confirmation_the_busy_device_never_gets_to_run_fails_its_result_with_
   assert reads.lookup(store, [k.key], h) == {}
 
 
+def test_a_search_one_credentials_worker_failed_goes_to_another_credentials_worker_next(store):
+  """Before: a stolen worker token claimed a kernel's search and failed it, called the device busy or let its lease lapse,
+  again and again, until every attempt was spent: the kernel was never tuned."""
+  k, (fp, h) = example("sum_all"), cpu_fingerprint()
+  thief, accomplice = [queue.register(store, n, "CPU", fp, h, cpu_options(), registrant="thief") for n in ("thief", "accomplice")]
+  (job, _), = queue.submit(store, [k], "CPU", {"seed": -1})
+  queue.claim(store, thief.id, 60)
+  queue.fail(store, thief.id, job.id, "made up")
+  assert queue.claim(store, accomplice.id, 60)[0].id == job.id  # no other credentials' worker: the same credentials try again
+  honest = queue.register(store, "honest", "CPU", fp, h, cpu_options(), registrant="honest")
+  for i, how in enumerate(("fails", "calls the device busy", "lets its lease lapse")):
+    (job, _), = queue.submit(store, [k], "CPU", {"seed": i})
+    assert queue.claim(store, accomplice.id, 0.1 if how.startswith("lets") else 60)[0].id == job.id
+    if how == "fails": queue.fail(store, accomplice.id, job.id, "made up")
+    elif how.startswith("calls"): queue.fail(store, accomplice.id, job.id, "device busy", busy=queue.Backoff(first_s=0))
+    else: time.sleep(0.2); queue.expire(store)
+    assert queue.claim(store, thief.id, 60) is None and queue.claim(store, accomplice.id, 60) is None, how
+    assert queue.claim(store, honest.id, 60)[0].id == job.id, how
+
+
 def test_a_fleet_confirms_on_another_worker(store, cpu_worker):
   k, (fp, h) = example("sum_all"), cpu_fingerprint()
   (job, _), = queue.submit(store, [k], "CPU", {})

@@ -92,7 +92,7 @@ class Job(Base):
   result_id: Mapped[Optional[int]]    # results.job_id points back; no FK here, so neither table needs the other first
   kind: Mapped[JobKind] = mapped_column(Closed(JobKind), default=JobKind.TUNE)
   confirms: Mapped[Optional[int]]     # a confirm job: the result whose opts it measures again
-  avoid_worker: Mapped[Optional[int]]  # a confirm job, or a refuted search's retry: the worker that may not claim it (the one that made the result)
+  avoid_worker: Mapped[Optional[int]]  # the worker that may not claim it: a confirm job's result's maker; a search's last failer
   avoid_registrant: Mapped[Optional[str]] = mapped_column(String(64))  # ... nor any worker registered with the same credentials
   last_owner: Mapped[Optional[int]]   # the worker whose lease lapsed last: it alone may still report the queued job
   not_before: Mapped[Optional[float]]  # refused as "device busy": no claim before then (queue.Backoff)

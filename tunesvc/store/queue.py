@@ -8,7 +8,9 @@ PostgreSQL the row is taken with SELECT ... FOR UPDATE SKIP LOCKED, so concurren
 waiting; on SQLite every write transaction is BEGIN IMMEDIATE, so claims run one at a time.
 
 Failures: an expired lease or a reported failure costs one attempt and re-queues the job; the last attempt fails it.
-`error` keeps one line per failed attempt. Releasing (a worker shutting down) re-queues without costing an attempt.
+`error` keeps one line per failed attempt. A search re-queued after a failure goes to a worker registered with other
+credentials next where its device has one (a stolen worker token cannot spend every attempt of a kernel by itself).
+Releasing (a worker shutting down) re-queues without costing an attempt.
 A worker that found its device too busy to time on (search/settings.py OnBusy) reports the failure as busy: that costs no
 attempt, and the job waits (Backoff: doubling delays, `not_before`) before any worker may claim it again -- the machine may
 be quiet by then -- up to Backoff.retries times; the next busy refusal fails it with every reason.
@@ -159,7 +161,17 @@ def cancel(st: Store, job_id: int, reason: str, by: Optional[str] = None) -> Job
   return job
 
 
+def _avoid_failer(s: Session, job: Job) -> None:
+  """A search that failed under its lease holder goes to a worker of other credentials next, where the job's device has
+  one: a stolen worker token that fails (or lets lapse, or calls busy) every search it claims costs each kernel one
+  attempt, not all of them. A confirmation keeps whom it avoids: the result's maker."""
+  if job.kind != JobKind.TUNE or job.lease_owner is None or (w := s.get(Worker, job.lease_owner)) is None or w.registrant is None: return
+  other = select(Worker.id).join(Fingerprint, Fingerprint.hash == Worker.fingerprint_hash).where(
+    or_(Fingerprint.backend == job.device, Fingerprint.hash == job.device), Worker.registrant.is_not(None), Worker.registrant != w.registrant)
+  if s.scalar(other.limit(1)) is not None: job.avoid_worker, job.avoid_registrant = w.id, w.registrant
+
 def _attempt_failed(s: Session, job: Job, reason: str, t: float, retry: bool = True, lapsed: bool = False) -> None:
+  _avoid_failer(s, job)
   job.attempts += 1
   job.error += f"attempt {job.attempts}: {reason}\n"
   job.last_owner = job.lease_owner if lapsed else None  # a lapsed lease's worker may still report its finished search
@@ -245,6 +257,7 @@ def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True
     if busy is None: _attempt_failed(s, job, why, t, retry)
     elif job.busy >= busy.retries: _attempt_failed(s, job, f"{why} (busy {job.busy + 1} times: no more waits)", t, retry=False)
     else:
+      _avoid_failer(s, job)
       job.busy += 1
       job.error += f"busy {job.busy}: {why}; again after {busy.delay_s(job.busy):.0f} s\n"
       job.state, job.not_before, job.lease_owner, job.lease_expires, job.last_owner = JobState.QUEUED, t + busy.delay_s(job.busy), None, None, None
