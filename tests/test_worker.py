@@ -1,6 +1,7 @@
 """Workers against a real server: a job searched and reported end to end, SIGTERM giving the job back, and a worker
 killed with SIGKILL mid-search whose job another worker finishes once the lease expires."""
 import os, signal, socket, subprocess, sys, threading, time
+from types import SimpleNamespace
 import pytest
 from search_results import cpu_fingerprint, search_result
 from linearizer import ACTION_SPACE_VERSION, reference
@@ -148,8 +149,16 @@ class BusyMachine:
 
 @pytest.fixture
 def busy_machine(monkeypatch):
+  """The confirmation's waits for a quiet second never find one, and each takes its second on confirm's clock only: the
+  quiet_wait_s (30 s) before a retry passes at once. (A wait that took no time left confirm spinning a core to the end of
+  each: 30 s a retry.)"""
+  clock = [0.0]  # seconds confirm's clock is ahead of the real one
+  def wait_quiet(*a):
+    clock[0] += 1.0
+    return 1.0, 1.5
   monkeypatch.setattr(confirming, "OtherLoad", BusyMachine)
-  monkeypatch.setattr(confirming, "wait_quiet", lambda *a: (0.0, 1.5))  # the wait for a quiet second, over at once
+  monkeypatch.setattr(confirming, "wait_quiet", wait_quiet)
+  monkeypatch.setattr(confirming, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + clock[0]))
 
 def test_a_confirmation_on_a_busy_machine_is_redone_then_refused_as_busy(busy_machine):
   k = reduce("SUM", (64, 256), (1,))
