@@ -14,6 +14,18 @@ import pytest
 CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"
 
 
+@pytest.hookimpl(trylast=True)  # after -m has deselected: the shares below are of the tests that run
+def pytest_collection_modifyitems(items):
+  """Each pytest-xdist worker's share of the tests (the n contiguous parts worksteal deals out) starts with its part of the
+  slow ones, dealt round-robin: both cores start on the tests of a minute, and the thief of an idle worker takes quick ones
+  from the back of the other's queue: no test of a minute is left to start last and run alone. The same order on every
+  worker (the count is theirs alike); without xdist, the slow tests first."""
+  n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
+  slow = [item for item in items if item.get_closest_marker("slow")]
+  quick = [item for item in items if not item.get_closest_marker("slow")]
+  items[:] = [t for w in range(n) for t in slow[w::n] + quick[w * len(quick) // n:(w + 1) * len(quick) // n]]
+
+
 @pytest.fixture(scope="session")
 def corpus_lines() -> list[str]:
   with gzip.open(CORPUS, "rt", encoding="utf-8") as f: return [line for line in f if line.strip()]

@@ -175,6 +175,7 @@ def test_symbolic_kernel_takes_its_variable_as_an_argument():
   for n in (1, 17, 64): check(k, var_vals={"n": n}, opts=[Opt("UPCAST", 0, 2)])
 
 
+@pytest.mark.slow
 def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus):
   import random
   small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 2_000_000]

@@ -59,6 +59,7 @@ def test_without_rocm_hip_is_not_available():
 
 
 @pytest.mark.skipif(HIPCC is None, reason="no hipcc (Debian: apt-get install hipcc; make test does as root)")
+@pytest.mark.slow
 def test_hipcc_builds_every_op_cast_and_reduction_of_every_dtype_scalar_and_vectorised(tmp_path):
   srcs = sources((k, opts) for k in corner_kernels.KERNELS.values() for opts in corner_kernels.SCHEDULES)
   assert len(srcs) >= 150 and sum("lanes<" in s for s in srcs) >= 8 and sum("__shared__" in s for s in srcs) >= 20

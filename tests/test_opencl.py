@@ -54,6 +54,7 @@ def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures():
   assert len(cases) == 300 and min(uses.values()) >= 10, uses
 
 
+@pytest.mark.slow
 def test_hand_coded_gpu_schedules_group_and_use_locals_and_match_the_reference(corpus):
   import math, random
   from linearizer.heuristic import hand_coded_optimizations

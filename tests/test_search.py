@@ -27,6 +27,7 @@ import fault_backend
 FAST = dict(min_time_s=0.005, final_rounds=3)
 
 
+@pytest.mark.slow
 def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candidates_and_the_search_goes_on():
   # batched builds: the planted syntax error fails its batch, whose sources are then compiled one by one
   # no early stop: the planted wrong answer must be timed in full, whatever its speed, to reach its check

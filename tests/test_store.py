@@ -254,6 +254,7 @@ def racer(url: str, fp: dict, h: str, start, out) -> None:
   out.put(done)
   st.close()
 
+@pytest.mark.slow
 def test_eight_processes_race_over_200_jobs(store):
   ks = examples()
   jobs = [j.id for seed in range(200 // len(ks) + 1) for j, _ in queue.submit(store, ks, "CPU", {"seed": seed})][:200]

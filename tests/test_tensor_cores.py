@@ -167,6 +167,7 @@ def test_the_other_operand_order_matches_too():
 
 
 @needs_opencl
+@pytest.mark.slow
 def test_a_fuzz_with_tensor_cores_drawn_finds_no_failures():
   """Random TC kernels with TC and then random legal actions of the search's space, as a beam search would apply them;
   and, drawn by the fuzzer (which draws TC too, illegal but where first), kernels TC may or may not fit."""
@@ -188,6 +189,7 @@ def test_a_fuzz_with_tensor_cores_drawn_finds_no_failures():
 
 
 @needs_opencl
+@pytest.mark.slow
 def test_a_search_on_emulated_tensor_cores_measures_and_verifies_tc_candidates():
   from search.settings import SearchSettings
   from search.tune import tune

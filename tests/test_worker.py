@@ -66,6 +66,7 @@ def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
     assert j["state"] == "queued" and j["attempts"] == 0, j
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job(server):
   with Client(server, "sub") as user:
     job, = user.submit([reduce("SUM", (1024, 1024), (1,))], "CPU", {**SEARCH, "budget_candidates": 1000, "budget_s": 15, "min_time_s": 0.5, "final_rounds": 20})
@@ -83,6 +84,7 @@ def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job
     assert [r["status"] for r in user.kernel(j["kernel_key"])["results"]] in (["unconfirmed"], ["confirmed", "measurement"])
 
 
+@pytest.mark.slow
 def test_serve_runs_the_api_with_a_local_worker_and_stops_cleanly(tmp_path):
   p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", "0", "--db", f"sqlite:///{tmp_path}/s.db"],
                        stdout=subprocess.PIPE, text=True, env={**os.environ, "TUNESVC_TOKENS": ""})
@@ -110,6 +112,7 @@ def api_process(db: str, port: int) -> subprocess.Popen:
 def _up(port: int) -> bool:
   with socket.socket() as s: return s.connect_ex(("127.0.0.1", port)) == 0
 
+@pytest.mark.slow
 def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp_path):
   """The real API process is killed while the worker searches and stays away OUTAGE_S: the worker keeps its finished
   result, retries with backoff and reports it once the API is back; the job ends done, searched once."""
