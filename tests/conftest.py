@@ -50,6 +50,12 @@ def own_cache_dir(tmp_path_factory):
 # busy-machine tests set on_busy themselves
 os.environ.setdefault("TUNESVC_ON_BUSY", "store")
 
+# PoCL (OpenCL on the CPU, here and on CI) builds every kernel twice: a work-group function for any local size when
+# devices/opencl.py takes the program's binary (clGetProgramInfo), and one specialised to the launch's local size at its
+# first launch. Unspecialised, the launch runs the first: the same kernel source run by the same device, built once
+# (-35% CPU on the tensor-core emulation's kernels, -13% on a fuzz sample; every test and process started from here)
+os.environ.setdefault("POCL_WORK_GROUP_SPECIALIZATION", "0")
+
 TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}  # the tokens the `server` fixture knows, by role
 
 
