@@ -4,7 +4,8 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST := $(VENV)/bin/python -m pytest -q
 # over every core; work stealing, since a few tests take a minute of CPU and most a fraction of a second: an idle worker
-# takes from a busy one's queue instead of waiting at the end with the longest test queued behind it
+# takes from a busy one's queue instead of waiting at the end with the longest test queued behind it; each worker's queue
+# starts with its part of the slow tests (tests/conftest.py), so the thief takes quick ones
 XDIST := -n auto --dist worksteal
 # tinygrad 0.8.0's own tests (from its source distribution) compare against torch, which tunesvc never needs: they run in
 # a venv of their own with torch 2.13 (CPU), tinygrad, and tunesvc's runtime dependencies (the checkout is on PYTHONPATH).
