@@ -10,7 +10,7 @@ from schemathesis.checks import not_a_server_error
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, result_json
 from tunesvc.api import create_app
 from tunesvc.config import Settings, parse_tokens
-from tunesvc.store.models import Job
+from tunesvc.store.models import Job, Worker
 
 TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}
 SUB, WRK, ADM = ({"Authorization": f"Bearer {t}"} for t in TOKENS)
@@ -446,6 +446,19 @@ def test_one_caller_may_have_only_so_many_jobs_waiting(tmp_path):
     assert post(ks[3:5], {"Authorization": "Bearer sub2"}).status_code == 202  # another caller's own bound
     assert post(examples()[5:9], ADM).status_code == 202  # an admin's are not bounded
     assert api.get("/v1/jobs", headers=SUB).json()["counts"] == {"queued": 9}
+
+
+def test_one_token_registers_a_bounded_number_of_live_workers(tmp_path):
+  """Before: a worker token registered workers without bound (a row each): a stolen one could grow the table forever."""
+  with make_client(tmp_path, max_live_workers=2, tokens={**TOKENS, "wrk2": "worker"}) as api:
+    first, _ = register(api, "a"), register(api, "b")
+    body = {"name": "c", "device": "CPU", "fingerprint": cpu_fingerprint()[0], "fingerprint_hash": cpu_fingerprint()[1], "options": cpu_options()}
+    r = api.post("/v1/workers", json=body, headers=WRK)
+    assert r.status_code == 429 and "at most 2" in r.json()["detail"] and r.headers["Retry-After"]
+    register(api, "c", token="wrk2")  # other credentials count apart, and an admin's are not bounded
+    assert api.post("/v1/workers", json=body, headers=ADM).status_code == 201
+    with api.app.state.store.write() as s: s.get(Worker, first).last_heartbeat = 0.0  # offline: no longer counted
+    register(api, "d")
 
 
 def test_the_forged_report_sequence_is_refused_and_nothing_forged_is_served(tmp_path):

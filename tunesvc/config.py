@@ -52,6 +52,7 @@ class Settings:
   busy_retries: int = 6
   busy_backoff_s: float = 30.0
   max_pending_jobs: int = 10000        # queued or running jobs one caller (token; address without tokens) may have; admins: any
+  max_live_workers: int = 1000         # workers one caller may have registered that are not offline (worker_offline_s); admins: any
   # without tokens, the Host names a request may carry (api/__init__.py: DNS rebinding); "*": any. With tokens: any
   allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
 
@@ -89,5 +90,6 @@ class Settings:
                     max_kernel_bytes=int(env.get("TUNESVC_MAX_KERNEL_BYTES", 16 << 30)),
                     busy_retries=int(env.get("TUNESVC_BUSY_RETRIES", 6)), busy_backoff_s=float(env.get("TUNESVC_BUSY_BACKOFF_S", 30.0)),
                     max_pending_jobs=int(env.get("TUNESVC_MAX_PENDING_JOBS", 10000)),
+                    max_live_workers=int(env.get("TUNESVC_MAX_LIVE_WORKERS", 1000)),
                     allowed_hosts=tuple(h.strip() for h in env["TUNESVC_ALLOWED_HOSTS"].split(",") if h.strip())
                     if env.get("TUNESVC_ALLOWED_HOSTS") else LOOPBACK_NAMES)

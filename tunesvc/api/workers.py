@@ -17,13 +17,13 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[role("w
 WorkerKey = Annotated[str, Header(alias="X-Worker-Key", max_length=256, description="the worker_key its registration answered")]
 
 
-@router.post("", response_model=WorkerOut, status_code=201)
+@router.post("", response_model=WorkerOut, status_code=201, responses={429: {"description": "TUNESVC_MAX_LIVE_WORKERS reached"}})
 def register(body: RegisterRequest, request: Request, who: Caller = WORKER):
   """A worker per process and device; its fingerprint decides which jobs it may claim. The token it registers with is
   recorded: in a fleet (TUNESVC_CONFIRM_ON_OTHER_WORKER) a result is confirmed only by a worker of another token."""
-  key = secrets.token_urlsafe(32)
+  key, cfg = secrets.token_urlsafe(32), request.app.state.settings
   w = queue.register(request.app.state.store, body.name, body.device, body.fingerprint.model_dump(), body.fingerprint_hash, body.options, key,
-                     who.submitter)
+                     who.submitter, None if who.admin and cfg.tokens else (cfg.max_live_workers, cfg.worker_offline_s))
   return WorkerOut(worker_id=w.id, worker_key=key)
 
 

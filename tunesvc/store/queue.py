@@ -122,10 +122,12 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
 
 
 def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict, key: Optional[str] = None,
-             registrant: Optional[str] = None) -> Worker:
+             registrant: Optional[str] = None, max_live: Optional[tuple[int, float]] = None) -> Worker:
   """A worker of this fingerprint (its hash must be the devices' sha256 of its sorted JSON) whose linearizer runs under
   `options` (LinearizerOptions JSON): the first worker of a fingerprint registers them, every later one must agree.
-  `key`: what its later calls must carry (kept as its sha256); `registrant`: the credentials it registered with."""
+  `key`: what its later calls must carry (kept as its sha256); `registrant`: the credentials it registered with, which
+  may have at most max_live = (n, offline_s) workers heard from within offline_s (TooMany past it: a stolen token's
+  registrations grow no table without bound)."""
   t = time.time()
   if fingerprint_hash != (h := settings_hash(fingerprint)): raise Invalid(f"fingerprint_hash {fingerprint_hash} is not the fingerprint's hash {h}")
   try: device = proof.options_of(options).device
@@ -141,6 +143,12 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
     if fp.json != fingerprint: raise Invalid(f"fingerprint {fingerprint_hash} is registered with a different fingerprint")
     if fp.options is None: fp.options = options  # registered before options were
     elif fp.options != options: raise Invalid(f"fingerprint {fingerprint_hash} is registered with other LinearizerOptions: {fp.options}")
+    if registrant is not None and max_live is not None:
+      most, offline_s = max_live
+      live = select(func.count()).select_from(Worker).where(Worker.registrant == registrant, Worker.last_heartbeat >= t - offline_s)
+      if (n := s.scalar(live) or 0) >= most:
+        raise TooMany(f"{n} workers registered with these credentials were heard from in the last {offline_s:.0f} s: at most {most} may be "
+                      "(TUNESVC_MAX_LIVE_WORKERS); register again once some are offline")
     s.add(w := Worker(name=name, device=device, fingerprint_hash=fingerprint_hash, last_heartbeat=t, state=WorkerState.IDLE,
                       key_hash=None if key is None else key_hash(key), registrant=registrant))
   return w
