@@ -27,6 +27,13 @@ from tunesvc.integrations import tinygrad as tsvc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+_to_program = Compiled.to_program
+def _to_program_with_opts(self, k):  # tinygrad's runner keeps the opts its linearizer applied (BEAM's picks), for the report
+  runner = _to_program(self, k)
+  runner.opts = list(k.applied_opts)
+  return runner
+Compiled.to_program = _to_program_with_opts
+
 
 # ---- models: written as tinygrad's examples write them
 
@@ -151,16 +158,20 @@ def replay(jits) -> float:
   for j, fargs in jits: j(*fargs)
   return time.perf_counter() - st
 
-def kernel_times(jits, reps: int) -> list[tuple[str, float]]:
-  """(runner name, the least seconds of `reps` synchronous calls) of each captured kernel, in schedule order (the same
-  order for every contender: one schedule)."""
+def opts_text(opts) -> str:
+  """A schedule, tunesvc's Opts or tinygrad's, as "UPCAST 1 4, THREAD 0 2"."""
+  return ", ".join(" ".join(str(x) for x in (getattr(o.op, "name", o.op), o.axis, o.amt) if x is not None) for o in opts)
+
+def kernel_times(jits, reps: int) -> list[tuple[str, float, str]]:
+  """(runner name, the least seconds of `reps` synchronous calls, its opts) of each captured kernel, in schedule order
+  (the same order for every contender: one schedule)."""
   out = []
   for j, fargs in jits:
     var_vals = dict(v.unbind() for v in fargs)
     for ji in j.jit_cache:
       if ji.rawbufs[0] is None: continue  # an input slot the JIT fills per call: not a kernel of ours to time alone
       name = re.sub(r"\x1b\[[0-9;]*m", "", getattr(ji.prg, "display_name", type(ji.prg).__name__))  # tinygrad colours its names
-      out.append((name, min(ji.prg(ji.rawbufs, var_vals, wait=True) or 0.0 for _ in range(reps))))
+      out.append((name, min(ji.prg(ji.rawbufs, var_vals, wait=True) or 0.0 for _ in range(reps)), opts_text(getattr(ji.prg, "opts", ()))))
   return out
 
 def losses(per: dict, base: str, slack: float = 1.05) -> dict:
@@ -230,6 +241,7 @@ def main() -> int:
   ap.add_argument("--kernel-reps", type=int, default=5, help="calls per kernel in the per-kernel times (the least counts)")
   ap.add_argument("--contenders", default="clang,beam2,tunesvc_hand,tunesvc_tuned")
   ap.add_argument("--json", help="write the results here too")
+  ap.add_argument("--dump", metavar="DIR", help="write each kernel's document to DIR/MODEL/INDEX_NAME.json (with tunesvc_hand)")
   args = ap.parse_args()
   contenders = args.contenders.split(",")
   report = {"command": " ".join(sys.argv), "loadavg_before": open("/proc/loadavg").read().split()[:3], "models": {}}
@@ -275,13 +287,18 @@ def main() -> int:
     if "beam2" in runs: res["beam2_tuning_s"] = res["contenders"]["beam2"]["capture_s"]
     per = {mode: kernel_times(jits, args.kernel_reps) for mode, jits in runs.items() if mode != "torch"}
     res["slower_kernels_vs_" + contenders[0]] = losses(per, contenders[0])
-    res["kernel_sum_ms"] = {mode: round(sum(t for _, t in times) * 1e3, 3) for mode, times in per.items()}  # what noise cannot add to
+    res["kernel_sum_ms"] = {mode: round(sum(t[1] for t in times) * 1e3, 3) for mode, times in per.items()}  # what noise cannot add to
     print(f"{name}: sum of each kernel's least time (ms): {res['kernel_sum_ms']}", flush=True)
     for mode, lost in res["slower_kernels_vs_" + contenders[0]].items():
       print(f"{name} {mode}: {len(lost['slower'])} of {lost['kernels']} kernels slower than {contenders[0]}", flush=True)
     first = per[contenders[0]]  # the top 10 by its time, each side's time there
     top = sorted(range(len(first)), key=lambda i: -first[i][1])[:10]
     res["top10"] = [{mode: (f"{per[mode][i][0]} {per[mode][i][1] * 1e3:.3f} ms" if i < len(per[mode]) else "-") for mode in per} for i in top]
+    res["kernels"] = [{mode: (n, round(t * 1e3, 4), o) for mode in per for n, t, o in [per[mode][i]]} for i in range(len(first))]  # name, ms, opts
+    if args.dump and "tunesvc_hand" in runs:  # each kernel's document, for `tunesvc kernel run FILE --opts ...`
+      os.makedirs(d := os.path.join(args.dump, name), exist_ok=True)
+      for i, ji in enumerate(ji for j, _ in runs["tunesvc_hand"] for ji in j.jit_cache if ji.rawbufs[0] is not None):
+        with open(os.path.join(d, f"{i:02d}_{first[i][0]}.json"), "w") as f: json.dump(ji.prg.kernel.to_json(), f)
     res.pop("_ref")
     report["models"][name] = res
   report["loadavg_after"] = open("/proc/loadavg").read().split()[:3]

@@ -27,7 +27,7 @@ from devices import opencl, registry
 from devices.base import Binary, int_arg
 from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST, KernelValidationError
-from linearizer.kernel import OptError
+from linearizer.kernel import Opt, OptError
 from linearizer.render_c import OPENCL, launch_sizes
 from linearizer.render_gpu import CUDA
 from tunesvc import runtime
@@ -69,9 +69,10 @@ class TunesvcRunner(CompiledASTRunner):
   with tunesvc's CPU Program (tinygrad's buffers are host memory)."""
   first_run: bool  # CompiledASTRunner's: True until the first call's stats
   vars: list[Variable]  # CompiledASTRunner's: the program's variables, in its argument order here
-  def __init__(self, ast: LazyOp, kernel: KernelAST, bufs: list[int], src: str, binary: Binary, how: str, symbol: str, **launch):
+  def __init__(self, ast: LazyOp, kernel: KernelAST, bufs: list[int], src: str, binary: Binary, how: str, symbol: str, opts: list[Opt],
+               **launch):
     super().__init__(ast, f"tunesvc_{how}_{kernel.key[:10]}", src, binary.image, **launch)
-    self.name, self.kernel, self.bufs, self.counts = symbol, kernel, bufs, _enabled().counts  # name: the entry point build() loads
+    self.name, self.kernel, self.bufs, self.opts, self.counts = symbol, kernel, bufs, opts, _enabled().counts  # name: the entry point build() loads
     by_name = {v.expr: v for v in self.vars}
     self.vars = [by_name[v.name] for v in kernel.vars]  # tinygrad's Variables in the order the program takes them
 
@@ -91,11 +92,11 @@ class TunesvcGPURunner(TunesvcRunner):
   """tunesvc's build loaded by tinygrad's device runtime (`build`: its context, where tinygrad's buffers are) and
   launched by tinygrad's CompiledASTRunner with tunesvc's launch: launch_dims is the launch line's at the variables'
   values, vars its argument order (what tinygrad's CUDA graph in a TinyJit reads too)."""
-  def __init__(self, ast: LazyOp, kernel: KernelAST, bufs: list[int], src: str, binary: Binary, how: str, symbol: str):
+  def __init__(self, ast: LazyOp, kernel: KernelAST, bufs: list[int], src: str, binary: Binary, how: str, symbol: str, opts: list[Opt]):
     assert binary.launch is not None, "a GPU build carries its launch"
     self.launch = binary.launch  # groups symbolic in the variables (a str: tinygrad's JIT sees launch dims that change)
     groups = [int(g) if g.lstrip("-").isdigit() else g for g in self.launch["groups"]]
-    super().__init__(ast, kernel, bufs, src, binary, how, symbol, global_size=groups, local_size=list(self.launch["local"]))
+    super().__init__(ast, kernel, bufs, src, binary, how, symbol, opts, global_size=groups, local_size=list(self.launch["local"]))
 
   def launch_dims(self, var_vals: dict[Variable, int]) -> tuple[list[int], list[int]]:
     groups, local = launch_sizes(self.launch, [var_vals[v] for v in self.vars])
@@ -121,12 +122,12 @@ def _get_runner(dev: Compiled, ast: LazyOp) -> CompiledASTRunner:
   except KernelValidationError as e: return _fallback(dev, ast, f"validation: {e.message}")
   try:
     if (opts := runtime.opts_for(kernel, st.device, st.client)) is None and st.submit and st.client: _queue(kernel)
-    try: src, binary, _ = runtime.build_kernel(kernel, st.device, opts)
+    try: src, binary, applied = runtime.build_kernel(kernel, st.device, opts)
     except OptError:  # served opts this codegen rejects: the hand-coded ones still run it
-      src, binary, _ = runtime.build_kernel(kernel, st.device, opts := None)
+      src, binary, applied = runtime.build_kernel(kernel, st.device, opts := None)
     how = "hand_coded" if opts is None else "tuned"
-    if st.device == "CPU": runner = TunesvcRunner(ast, kernel, bufs, src, binary, how, SYMBOL["CPU"]).build(_cpu_program)
-    else: runner = TunesvcGPURunner(ast, kernel, bufs, src, binary, how, SYMBOL[st.device]).build(dev.runtime)
+    if st.device == "CPU": runner = TunesvcRunner(ast, kernel, bufs, src, binary, how, SYMBOL["CPU"], applied).build(_cpu_program)
+    else: runner = TunesvcGPURunner(ast, kernel, bufs, src, binary, how, SYMBOL[st.device], applied).build(dev.runtime)
   except Exception as e:  # a compiler error or anything else: tinygrad's own code runs it, the caller never sees it
     return _fallback(dev, ast, f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
   st.counts.compiled += 1
