@@ -129,21 +129,29 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   tile = 32 if gpu else 128  # a work-item's registers are few; a CPU core's accumulators spill to L1 cheaply
+  def reuse(i: int) -> tuple[int, int, int]:
+    # the loads that are vectors (not broadcast along the vector axis: a conv's input rows, gathered where strided) reused
+    # along the axis first, then any load (a broadcast along the vector axis is one scalar load already), then the inner axis
+    zero = [st.views[-1].strides[i] == 0 for st in loads]
+    return sum(z and vec is not None and st.views[-1].strides[vec] != 0 for z, st in zip(zero, loads)), sum(zero), i
   while k.reduceop is not None and _upcast_budget(k) < tile and (cands := broadcast_axes()):
-    # prefer the axis more leaves read with stride 0, then the inner one
-    axis = max(cands, key=lambda i: (sum(st.views[-1].strides[i] == 0 for st in loads), i))
+    axis = max(cands, key=reuse)
     upcasted.add(axis)  # a tile over two axes reuses both operands; one axis twice reuses only one
     next((amt for amt in (8, 4) if _upcast_budget(k) * amt <= tile and _try(k, Opt(OptOp.UPCAST, axis, amt))), None)
   # 2. reduces: unroll a short reduce whole, else by 4 (a tree of independent partial sums); where no output axis is
   #    upcast, by the widest vector first: on a CPU the unrolled axis becomes the vector where a load reads it
-  #    contiguously (lower: vector accumulators, their lanes summed after the loop)
+  #    contiguously (lower: vector accumulators, their lanes summed after the loop). Where the innermost reduce axis
+  #    takes none (odd, or too long whole for the tile: a 7x7 window), a short one outside it whole: a loop step of
+  #    one tile's products was 9x slower (the 7x7 stem conv, 3 input channels unrolled: 988 -> 109 us, busy machine)
   if k.reduceop is not None and k.first_reduce < k.shape_len - k.upcasted:
     last = k.shape_len - k.upcasted - 1
     size = k.full_shape[last]
     if isinstance(size, int):
       vector = [widest] if vector_reduce and _upcast_budget(k) == 1 else []
-      for amt in ([0] if size <= 16 else []) + vector + ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]):
-        if _try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt)): break
+      amts = ([0] if size <= 16 else []) + vector + ([2] if _upcast_budget(k) >= tile // 2 else [8, 4])
+      if not any(_try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt)) for amt in amts):
+        next((a for a in reversed(range(k.first_reduce, last)) if k.is_reduce_axis(a) and isinstance(n := k.full_shape[a], int) and
+              1 < n <= 16 and _try(k, Opt(OptOp.UNROLL, a - k.first_reduce, 0))), None)
   # 3. element-wise: upcast the output's unit-stride axis so the compiler vectorises it
   if k.reduceop is None and widths and _upcast_budget(k) < 8 and k.first_reduce > k.thread_dims:
     axis = k.first_reduce - 1

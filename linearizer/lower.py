@@ -21,14 +21,15 @@ from linearizer.kernel import Kernel
 from linearizer.options import LinearizerOptions
 from linearizer.reference import alu, cast
 from linearizer.shapetracker import ShapeTracker, View, affine
-from linearizer.symbolic import Var, concrete, ge, land, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
+from linearizer.symbolic import Var, add, concrete, ge, land, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
 #      LOAD (arg: (buf, index, valid)) STORE (src: value; arg: (buf, index, valid)) ALU (arg: op) CAST (arg: bitcast)
 #      DEFINE_ACC (arg: initial value) ACC (src: acc, operands; arg: the ALU op, ADD|MAX|MULACC, folding the operands
 #      into acc, its last operand) VALID (arg: a symbolic condition, as a bool) VBROADCAST (src: a scalar)
 #      VBUILD (src: one scalar per lane). ALU ops are the format's, and MULACC (src: a, b, c): a*b+c rounded once.
-#      `vec` > 1: a value of that many lanes; a bool vector is a comparison's lane mask.
+#      `vec` > 1: a value of that many lanes; a bool vector is a comparison's lane mask. A vector LOAD's lanes are
+#      contiguous from its index, or where the index is in LANE, 2 apart; its valid may depend on LANE (lane_loads).
 #      SPECIAL (arg: (Var, "group"|"local", launch dim)) DEFINE_LOCAL (arg: (name, elements)) BARRIER IF (arg: condition) ENDIF
 #      WMMA (src: acc, A's fragment, B's; arg: TensorCore; vec: C's elements) D = A @ B + C of the warp's tile into acc,
 #      like ACC. GEP (src: a vector; arg: lane) one lane of it.
@@ -88,6 +89,7 @@ At = Mapping[int, sint]           # the index upcast axes read (a tensor core's 
 Memo = dict[tuple[LazyOp, tuple[tuple[int, sint], ...]], int]  # a pass's values so far: (node, its At's items) -> uop
 Loop = tuple[sint, sint, int]   # a LOOP's arg: (its variable, its end, threads)
 SHARED = "temp"                 # the grouped reduce's local memory
+LANE = "_lane"                  # the vector axis's lane, in a vector LOAD's validity where it depends on it (lane_loads)
 
 
 def _identity(fn: str, dt: DType) -> int | float:
@@ -107,7 +109,11 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     assert k.reduceop is not None  # GROUP is for a reduce axis
     size = math.prod(s for _, s in lo.ldims) * math.prod(lo.full[i] for i in lo.out_up) * lo.W
     lo.emit(UOp(UOps.DEFINE_LOCAL, k.reduceop.dtype.acc, (), (SHARED, size)))
-  threads = concrete(lo.full[0]) if k.thread_dims else 0
+  # a THREAD split into more parts than the device has cores runs them on its cores (schedule(static): each thread's parts
+  # adjacent), one thread none: more threads than cores wait for each other at the join (a 0.4 ms conv, 2 cores, busy
+  # machine: THREAD 8 least 724 us, 90th percentile 26.7 ms; THREAD 2 393 us, 13.6 ms)
+  threads = min(concrete(lo.full[0]), k.options.threads) if k.thread_dims else 0
+  threads = threads if threads > 1 else 0
   blocks = [i for i in lo.outer if i < k.thread_dims + k.block_dims]  # packed copies are made inside these, per block
   with lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0) for i in blocks]):
     lo.pack()
@@ -147,7 +153,7 @@ class _Lowering:
       (vaxis := _reduce_vector_axis(k, [i for i in range(self.up, self.n) if k.is_reduce_axis(i)], self.loop_vars)) is not None
     if self.reduce_vector: self.vaxis = vaxis
     self.W = concrete(full[self.vaxis]) if self.vaxis is not None else 1
-    self.lane_var = Var("_lane", 0, self.W - 1)
+    self.lane_var = Var(LANE, 0, self.W - 1)
     self.upcast_axes = [i for i in range(self.up, self.n) if i != self.vaxis]
     self.out_up = [i for i in out_up if i != self.vaxis]
     self.st_of = dict(zip(k.leaves, k.sts))
@@ -203,13 +209,16 @@ class _Lowering:
     return simplify_where(idx, valid), valid
 
   def vector_load(self, node: LazyOp, lane: At) -> int:
-    """Contiguous along the vector axis: one vector load; stride 0: a broadcast; else one load per lane."""
+    """Contiguous along the vector axis: one vector load; stride 2 (a strided conv's row): two, their even lanes;
+    (where the validity depends on the lane, a padded axis's edge, only where every lane is valid: lane_loads);
+    stride 0: a broadcast; else one load per lane."""
     idx, valid = self.index(self.st_of[node.arg], lane)
     aff, buf = affine(idx, [self.lane_var]), self.buf_of[node.arg]
-    if self.lane_var not in variables(valid) and aff is not None and aff[0][0] in (0, 1):
-      if aff[0][0] == 1: return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, _lane0(idx), valid), self.W))
+    if aff is not None and aff[0][0] == 1: return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, _lane0(idx), valid), self.W))
+    if aff is not None and aff[0][0] == 2 and self.W > 2: return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, idx, valid), self.W))
+    if self.lane_var not in variables(valid) and aff is not None and aff[0][0] == 0:
       return self.emit(UOp(UOps.VBROADCAST, node.dtype, (self.scalar_load(buf, node.dtype, _lane0(idx), valid),), None, self.W))
-    lanes = tuple(self.scalar_load(buf, node.dtype, substitute(idx, {"_lane": j}), substitute(valid, {"_lane": j})) for j in range(self.W))
+    lanes = tuple(self.scalar_load(buf, node.dtype, substitute(idx, {LANE: j}), substitute(valid, {LANE: j})) for j in range(self.W))
     return self.emit(UOp(UOps.VBUILD, node.dtype, lanes, None, self.W))
 
   def scalar_load(self, buf: int | str, dt: DType, idx: sint, valid: sint) -> int:
@@ -424,7 +433,15 @@ class _Folder:
     return new
 
 
-def _lane0(x: sint) -> sint: return substitute(x, {"_lane": 0})
+def _lane0(x: sint) -> sint: return substitute(x, {LANE: 0})
+
+def lane_loads(idx: sint, valid: sint, w: int) -> tuple[sint, list[tuple[sint, sint]]]:
+  """A vector LOAD of `w` lanes whose validity depends on the lane or whose lanes are strided: (the condition that every
+  lane is valid, where it is vector loads, each lane's (index, validity), where it is not)."""
+  strided = any(v.name == LANE for v in variables(idx))
+  each = [(substitute(idx, {LANE: j}) if strided else add(idx, j), substitute(valid, {LANE: j})) for j in range(w)]
+  return land(*(v for _, v in each)), each
+
 def _items(at: At) -> tuple[tuple[int, sint], ...]: return tuple((i, at[i]) for i in sorted(at))
 
 
@@ -515,7 +532,7 @@ def _lane_axes(k: Kernel, axes: list[int], loop_vars: dict) -> Iterator[tuple[in
   ups = {i: Var(f"_up{i}", 0, s - 1) for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted)}
   for axis in reversed(axes):
     if k.full_shape[axis] not in widths: continue
-    lv = Var("_lane", 0, concrete(k.full_shape[axis]) - 1)
+    lv = Var(LANE, 0, concrete(k.full_shape[axis]) - 1)
     yield axis, lv, lambda st, axis=axis, lv=lv: st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))
                                                                for i in range(k.shape_len)])
 

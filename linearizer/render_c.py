@@ -9,8 +9,9 @@ import json, math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DTYPES, DType, bool_
-from linearizer.lower import Program, UOps, lane_by_lane
-from linearizer.symbolic import Var, evaluate, mod, parse, render, substitute
+from linearizer.lower import LANE, Program, UOps, lane_by_lane, lane_loads
+from linearizer.shapetracker import affine
+from linearizer.symbolic import Var, add, evaluate, mod, parse, render, substitute, variables
 from linearizer.tensor_cores import TensorCore, opencl_wmma
 from linearizer import vecmath
 
@@ -285,6 +286,8 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
   def buf(b) -> str: return f"data{b}" if isinstance(b, int) else b  # a kernel argument or local memory
   def ptr(b, idx) -> str: return f"{buf(b)}+{ex(idx)}"
   def at(b, idx) -> str: return f"{buf(b)}[{ex(idx)}]"
+  def loaded(b, dt: DType, x: str) -> str: return lang.load[dt.name].format(x) if isinstance(b, int) and dt.name in lang.load else x
+  def guarded(valid, x: str, zero: str) -> str: return x if valid == 1 else zero if valid == 0 else f"(({ex(valid)})?{x}:{zero})"
   def vmem(fmt: str, aligned: str, idx, n: int) -> str:
     """A vector access, as one aligned access where the index is a multiple of the lanes (buffers and local memory start
     aligned to a vector)."""
@@ -302,6 +305,30 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
     mt = mtype(dt.itemsize, u.vec, lang)  # of this value's lanes (MAX, WHERE)
     if op == "WHERE" and types[u.src[0]] != mt: a = [lang.convert.format(x=a[0], vt=mt), *a[1:]]  # a mask of other lanes
     return valu(op, a, types[i], mt, lang)
+  def load(i: int, u) -> None:
+    b, idx, valid = u.arg
+    dt, vt, n = u.value_dtype, types[i], u.vec
+    zero = literal(0, dt, lang)
+    def vload(idx) -> str: return loaded(b, dt, vmem(lang.vload, lang.vload_aligned, idx, n).format(n=n, p=ptr(b, idx), vt=vt))
+    lane_vars = [v for v in variables(idx) | variables(valid) if v.name == LANE]
+    if n == 1: return define(i, guarded(valid, loaded(b, dt, at(b, idx)), zero))
+    if not lane_vars: return define(i, guarded(valid, vload(idx), lang.vzero.format(vt=vt)))
+    # vector loads where every lane is valid, else lane by lane
+    every, each = lane_loads(idx, valid, n)
+    lanes_x = lang.vbuild.format(xs=", ".join(guarded(v, loaded(b, dt, at(b, ix)), zero) for ix, v in each), vt=vt)
+    if not (strided := [v for v in variables(idx) if v.name == LANE]): return define(i, guarded(every, vload(idx), lanes_x))
+    # lanes 2 apart: the even elements of the two vectors over [lane 0's element, the last lane's] (overlapping: in bounds)
+    aff = affine(idx, strided)
+    assert aff is not None and aff[0][0] == 2, f"a vector LOAD's lanes are 1 or 2 apart, not {render(idx)}"
+    names[i] = f"v{i}"
+    line(f"{vt} v{i};")
+    if every != 0:
+      line(f"if ({ex(every)}) {{" if every != 1 else "{")
+      for m in range(2): line(f"  {vt} v{i}_{m} = {vload(add(aff[1], m * (n - 1)))};")
+      at_lane = [(2 * j // n, 2 * j - 2 * j // n * (n - 1)) for j in range(n)]  # (vector, its lane) of lane j's element 2j
+      line(f"  v{i} = {lang.vbuild.format(xs=', '.join(lang.gep.format(x=f'v{i}_{m}', i=e, xyzw='xyzw'[e % 4]) for m, e in at_lane), vt=vt)};")
+      line("} else" if every != 1 else "}")
+    if every != 1: line(f"{'  ' if every != 0 else ''}v{i} = {lanes_x};")
   for i, u in enumerate(prog.uops):
     op, dt, src = u.op, u.dtype, [names[s] for s in u.src]
     if dt is not None:  # a bool vector is a mask of its operands' lanes
@@ -343,11 +370,7 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
       store = f"{at(b, idx)} = {val};" if u.vec == 1 else \
         vmem(lang.vstore, lang.vstore_aligned, idx, u.vec).format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
       line(store if valid == 1 else f"if ({ex(valid)}) {store}")
-    elif op is UOps.LOAD:
-      b, idx, valid = u.arg
-      x = at(b, idx) if u.vec == 1 else vmem(lang.vload, lang.vload_aligned, idx, u.vec).format(n=u.vec, p=ptr(b, idx), vt=types[i])
-      if isinstance(b, int) and u.value_dtype.name in lang.load: x = lang.load[u.value_dtype.name].format(x)
-      define(i, x if valid == 1 else f"(({ex(valid)})?{x}:{literal(0, u.value_dtype, lang) if u.vec == 1 else lang.vzero.format(vt=types[i])})")
+    elif op is UOps.LOAD: load(i, u)
     elif op is UOps.WMMA:
       names[i] = src[0]
       na = u.arg.elements("a")

@@ -9,7 +9,8 @@ from linearizer.compare import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8, uint16
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
-from linearizer.lower import lower, vector_widths
+from linearizer.lower import LANE, lower, vector_widths
+from linearizer.symbolic import variables
 from devices import cpu, cuda, hip, opencl, registry
 from tunesvc.runtime import compile_kernel, run_kernel
 
@@ -168,6 +169,29 @@ def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
     assert not any(o.op in ("BLOCK", "PACK") for o in hand_coded_optimizations(Kernel(small, cpu.options())))
 
 
+def test_a_conv_tile_reuses_its_input_rows_across_output_channels():
+  # the vector is a row of outputs; the input's row is the load that is a vector (gathered where the conv is strided),
+  # each output channel's lanes reuse it, where the rows' tile reused only the weights, one broadcast each already
+  for stride in (1, 2):
+    k = conv2d(1, 8, 32, 32, 16, 3, 3, stride=stride, padding=1)  # (output channels, rows, columns, ...)
+    opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+    assert [o.axis for o in opts if o.op == "UPCAST"] == [2, 0], opts
+    check(k, opts=opts)
+  # a 7x7 window (the stem): its rows and columns too long to unroll whole beside the tile, and odd; the 3 input channels are
+  k = conv2d(1, 3, 32, 32, 64, 7, 7, stride=2, padding=3)
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  assert [(o.axis, o.amt) for o in opts if o.op == "UNROLL"] == [(0, 0)], opts
+  check(k, opts=opts)
+
+
+def test_a_thread_split_into_more_parts_than_cores_runs_on_the_cores():
+  k, cores = matmul(64, 48, 80), cpu.options().threads
+  for parts in (4, 8):
+    src, _, _ = compile_kernel(k, "CPU", [Opt("THREAD", 0, parts), Opt("UPCAST", 2, 4)])
+    assert re.findall(r"num_threads\((\d+)\)", src) == ([str(min(parts, cores))] if cores > 1 else []), src
+    check(k, opts=[Opt("THREAD", 0, parts), Opt("UPCAST", 2, 4)])
+
+
 def test_symbolic_kernel_takes_its_variable_as_an_argument():
   k = symbolic_sum(rows=4, var=("n", 1, 64))
   src, _, _ = compile_kernel(k, "CPU", [Opt("UPCAST", 0, 2)])
@@ -322,6 +346,22 @@ def test_a_conv_with_batchnorm_is_vectorised(device):
     opts = hand_coded_optimizations(kern)
     assert max(u.vec for u in lower(kern).uops) > 1, opts
     check(k, opts=opts)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_padded_or_strided_conv_loads_its_rows_as_vectors(device):
+  # along a padded row a shifted window's lanes are valid or not by lane: vector loads where every lane is valid and
+  # each lane alone where some is not (the rows' ends here), and a stride-2 row's lanes are the even elements of two
+  # vector loads; before, every such load was gathered lane by lane (VBUILD), inside the image too
+  def rows(k, w, *more):
+    return [Opt("UPCAST", Kernel(k, registry.get(device).options()).first_reduce - 1, w), *more]
+  # (kernel, lanes, the reduce axis unrolled, where LANE is: the validity (2) or the index (1))
+  for k, w, kx, lane_in in ((conv2d(1, 4, 16, 16, 8, 3, 3, padding=1), 8, 2, 2), (conv2d(1, 3, 20, 32, 8, 7, 7, stride=2, padding=3), 8, 2, 1),
+                            (conv2d(1, 3, 9, 16, 4, 5, 5, padding=2, dilation=(1, 2)), 4, 2, 2), (conv2d(1, 2, 8, 8, 4, 1, 1, stride=2), 4, 0, 1)):
+    opts = rows(k, min(w, widest(k, device)), Opt("UNROLL", kx, 0))
+    prog = program(k, opts, device)
+    assert not [u for u in prog.uops if u.op == "VBUILD"], opts
+    assert any(LANE in {v.name for v in variables(u.arg[lane_in])} for u in prog.uops if u.op == "LOAD" and u.vec > 1)
+    check(k, opts=opts, device=device)
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_vector_where_with_a_mask_of_other_lanes(device):
