@@ -6,8 +6,9 @@
 
 The two tuned kernels go into a fresh local result cache (search/cache.py, with their structure); per neighbour, in
 one process: its full search (search.tune with the default settings, no seeds but its own), then the warm search
-(seeds from the cache's winners_alike: the nearest tuned kernels of its structure, on this fingerprint; at most 16
-candidates measured, seeds and failures included). Both winners are compiled here, checked against the reference,
+(`alike`: the cache's nearest tuned kernels of its structure on this fingerprint -- their winners re-fitted as seeds,
+their tiles a step smaller and larger in round 1, their measurements the cost model's data ordering the children; at
+most 16 candidates measured, seeds and failures included). Both winners are compiled here, checked against the reference,
 and timed interleaved (bench/cpu_kernels.py's measure_quietly: medians). The warm search reaches 95% when its
 winner's median is at most 1/0.95 of the full search's; "first within 95%" is the candidate (in measuring order) whose
 own search-time timing first came within 95% of the full search's best, read off the warm search's records.
@@ -84,9 +85,10 @@ def main() -> int:
       k = NEIGHBOURS[name]()
       quiet(args, None)
       full = tune(k, "CPU", settings)
-      seeds = cache.winners_alike(k, fp_hash, ACTION_SPACE_VERSION)
+      alike = cache.alike(k, fp_hash, ACTION_SPACE_VERSION)
+      seeds = [t.result.best_opts for t in alike]
       quiet(args, None)
-      warm = tune(k, "CPU", SearchSettings.from_json({**settings.to_json(), "budget_candidates": WARM_CANDIDATES}), warm=seeds)
+      warm = tune(k, "CPU", SearchSettings.from_json({**settings.to_json(), "budget_candidates": WARM_CANDIDATES}), alike=alike)
       fns = timers(k, {"full": full.best_opts, "warm": warm.best_opts}, args.seed)
       t = measure_quietly(fns, args, None)
       share = med(t["times"]["full"]) / med(t["times"]["warm"])
@@ -95,13 +97,13 @@ def main() -> int:
       print(f"{name}: warm at {share:.1%} of the full search's speed", file=sys.stderr)
   lines = [f"Command: `{cmd}`", "", *machine(None, "CPU", "not used"), "",
            "| neighbour | full search: best, candidates, time | warm: best, candidates, time | warm speed / full | first within 95% "
-           "| spreads (IQR/median) | other load | seeds | warm winner |", "|---|---|---|---:|---:|---|---:|---|---|"]
+           "| spreads (IQR/median) | other load | seeds | warm winner | full winner |", "|---|---|---|---:|---:|---|---:|---|---|---|"]
   for name, full, warm, seeds, t, share in rows:
     f, w = med(t["times"]["full"]), med(t["times"]["warm"])
     lines.append(f"| {name} | {f * 1e3:.3g} ms, {len(full.candidates)}, {full.search_s:.1f} s | {w * 1e3:.3g} ms, {len(warm.candidates)}, "
                  f"{warm.search_s:.1f} s | {share:.1%} | {first_within(warm, full.best_s) or '-'} "
                  f"| {spread(t['times']['full']):.1%} / {spread(t['times']['warm']):.1%} | {t['other_load']:.2f} "
-                 f"| {'; '.join(map(opts_str, seeds)) or 'none'} | {opts_str(warm.best_opts)} |")
+                 f"| {'; '.join(map(opts_str, seeds)) or 'none'} | {opts_str(warm.best_opts)} | {opts_str(full.best_opts)} |")
   lines += ["", f"Target: every neighbour's warm winner within 95% of its full search's speed, {WARM_CANDIDATES} candidates at most: "
             + ("MET" if ok else "NOT MET")]
   print("\n".join(lines))

@@ -1,14 +1,15 @@
 """Beam search over schedules, a Strategy (search/strategy.py): it proposes, it is told the measurements.
 
 Round 0 proposes the seeds (the hand-coded schedule, the unoptimised kernel, and any warm starts), which form the first
-beam (the `beam` fastest where there are more). Each later round expands every beam member by every legal action, skips
-schedules already proposed, and keeps the `beam` fastest verified candidates of the round as the next beam. It ends
-when a round's best is less than `min_improvement` faster than the previous round's, when nothing is left to try, or
-after max_rounds. The seeds compete for the win but
-do not end the search: one-opt schedules rarely beat the hand-coded one, their descendants may. Ties break by the order
-candidates were generated in, so a search is deterministic for given timings.
+beam (the `beam` fastest where there are more). Each later round expands every beam member by every legal action (round
+1 first tries the `extra` candidates: a warm start's variants, search/similar.py), skips schedules already proposed, and
+keeps the `beam` fastest verified candidates of the round as the next beam. It ends when a round's best is less than
+`min_improvement` faster than the previous round's, when nothing is left to try, or after max_rounds. The seeds compete
+for the win but do not end the search: one-opt schedules rarely beat the hand-coded one, their descendants may. Ties
+break by the order candidates were generated in, so a search is deterministic for given timings.
 """
 from __future__ import annotations
+from typing import Sequence
 from linearizer.kernel import Kernel, Opt
 from search.actions import children
 from search.result import Candidate, Status
@@ -16,8 +17,8 @@ from search.settings import StrategySettings
 
 
 class BeamStrategy:
-  def __init__(self, seeds: list[Kernel], actions: tuple[Opt, ...], s: StrategySettings):
-    self.actions, self.s = actions, s
+  def __init__(self, seeds: list[Kernel], actions: tuple[Opt, ...], s: StrategySettings, extra: Sequence[Kernel] = ()):
+    self.actions, self.s, self.extra = actions, s, list(extra)
     self.order = {tuple(k.applied_opts): i for i, k in enumerate(seeds)}  # generation order: the tie-break
     self.round, self.beam, self.pending = 0, list(seeds), list(seeds)  # the pending: this round's, not proposed yet
     self.results: list[tuple[Kernel, Candidate]] = []                  # this round's
@@ -44,9 +45,8 @@ class BeamStrategy:
       self.beam = [k for k, _ in ok[:self.s.beam]] or self.beam[:1]
     # else the seeds are all expanded, measured well or not: they are where the search starts
     self.round, self.results = self.round + 1, []
-    for k in self.beam:
-      for c in children(k, self.actions):
-        if (opts := tuple(c.applied_opts)) not in self.order:
-          self.order[opts] = len(self.order)
-          self.pending.append(c)
+    for c in [*(self.extra if self.round == 1 else ()), *(c for k in self.beam for c in children(k, self.actions))]:
+      if (opts := tuple(c.applied_opts)) not in self.order:
+        self.order[opts] = len(self.order)
+        self.pending.append(c)
     self.done = not self.pending or self.round > self.s.max_rounds

@@ -2,16 +2,17 @@
 
 A different fingerprint or action-space version is a miss, so a result is never reused where it was not measured; it
 may still seed a search (warm starts): the same kernel's winners on other fingerprints, and the winners of kernels of
-the same structure on this one (search/similar.py; the kernels table holds each stored kernel's structure and sizes).
-WAL mode and a busy timeout let several processes share the file."""
+the same structure on this one (search/similar.py; the kernels table holds each stored kernel's structure, sizes and
+document: a kernel stored before it held documents is no neighbour). WAL mode and a busy timeout let several processes
+share the file."""
 from __future__ import annotations
 import json, sqlite3
 from pathlib import Path
 from typing import Optional, Sequence
 from linearizer.cachedir import cache_dir
-from linearizer.ast import KernelAST
+from linearizer.ast import KernelAST, loads
 from search.result import SearchResult
-from search.similar import nearest, sizes, structure
+from search.similar import Tuned, nearest, sizes, structure
 
 
 def default_path() -> Path: return cache_dir("results.sqlite")
@@ -25,7 +26,9 @@ class ResultCache:
     self.db.execute("PRAGMA journal_mode=WAL")
     self.db.execute("CREATE TABLE IF NOT EXISTS results (kernel_key TEXT, fingerprint TEXT, action_space_version INTEGER, "
                     "result TEXT NOT NULL, PRIMARY KEY (kernel_key, fingerprint, action_space_version))")
-    self.db.execute("CREATE TABLE IF NOT EXISTS kernels (kernel_key TEXT PRIMARY KEY, structure TEXT NOT NULL, sizes TEXT NOT NULL)")
+    self.db.execute("CREATE TABLE IF NOT EXISTS kernels (kernel_key TEXT PRIMARY KEY, structure TEXT NOT NULL, sizes TEXT NOT NULL, document TEXT)")
+    if "document" not in {r[1] for r in self.db.execute("PRAGMA table_info(kernels)")}:  # a cache from before documents
+      self.db.execute("ALTER TABLE kernels ADD COLUMN document TEXT")
     self.db.execute("CREATE INDEX IF NOT EXISTS kernels_structure ON kernels (structure)")
 
   def get(self, kernel_key: str, fingerprint_hash: str, action_space_version: int) -> Optional[SearchResult]:
@@ -45,20 +48,23 @@ class ResultCache:
                            (kernel_key, fingerprint_hash, action_space_version)).fetchall()
     return [json.loads(r[0])["best_opts"] for r in rows]
 
-  def winners_alike(self, ast: KernelAST, fingerprint_hash: str, action_space_version: int, n: int = 3) -> list[list[dict]]:
-    """The winning opts of the n kernels nearest in size to `ast` with its structure (itself left out), on this device
-    fingerprint and action space: warm starts for a search of a kernel not tuned before."""
-    rows = self.db.execute("SELECT k.sizes, r.result FROM kernels k JOIN results r ON r.kernel_key = k.kernel_key WHERE k.structure=? "
-                           "AND k.kernel_key<>? AND r.fingerprint=? AND r.action_space_version=?",
+  def alike(self, ast: KernelAST, fingerprint_hash: str, action_space_version: int, n: int = 3) -> list[Tuned]:
+    """The n kernels nearest in size to `ast` with its structure (itself left out), tuned on this device fingerprint and
+    action space, with their results: warm starts and a cost model's data for a search of a kernel not tuned before."""
+    rows = self.db.execute("SELECT k.sizes, k.document, r.result FROM kernels k JOIN results r ON r.kernel_key = k.kernel_key "
+                           "WHERE k.structure=? AND k.kernel_key<>? AND r.fingerprint=? AND r.action_space_version=? "
+                           "AND k.document IS NOT NULL",
                            (structure(ast), ast.key, fingerprint_hash, action_space_version)).fetchall()
-    return nearest(sizes(ast), [(json.loads(sz), json.loads(res)["best_opts"]) for sz, res in rows], n)
+    near = nearest(sizes(ast), [(json.loads(sz), (doc, res)) for sz, doc, res in rows], n)  # only these parsed
+    return [Tuned(loads(doc), SearchResult.from_json(json.loads(res))) for doc, res in near]
 
   def put(self, r: SearchResult, ast: Optional[KernelAST] = None) -> None:
-    """Store r; with its kernel `ast`, also the kernel's structure, so that kernels alike find r (winners_alike)."""
+    """Store r; with its kernel `ast`, also the kernel's structure, so that kernels alike find r (alike)."""
     self.db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?)",
                     (r.kernel_key, r.fingerprint_hash, r.action_space_version, json.dumps(r.to_json())))
     if ast is not None:
       if ast.key != r.kernel_key: raise ValueError("the result is not this kernel's")
-      self.db.execute("INSERT OR REPLACE INTO kernels VALUES (?, ?, ?)", (ast.key, structure(ast), json.dumps(sizes(ast))))
+      self.db.execute("INSERT OR REPLACE INTO kernels VALUES (?, ?, ?, ?)",
+                      (ast.key, structure(ast), json.dumps(sizes(ast)), json.dumps(ast.to_json())))
 
   def close(self) -> None: self.db.close()

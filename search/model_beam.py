@@ -1,20 +1,25 @@
 """Beam search guided by a cost model, a Strategy (search/strategy.py) beside BeamStrategy: the same beam and the same
-end, but of each round's children (all lowered and featurised: cheap next to compiling and timing them) only the
-measure_top that a cost model trained on this search's measurements so far ranks fastest are proposed. Before there
-is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every child, as the
-beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its baseline). Of the
-measure_top, explored() go not to the predicted fastest but to those the model may most underrate (predicted log time
-less OPTIMISM spreads of its members, search/cost_model.py): a round's best child may lie beyond what was measured,
-where trees do not extrapolate (a matmul's best branch ranked 7th of 24). The model only chooses what is measured: the
-winner is measured and verified like any candidate, and the final check is the same."""
+end, but each round's children (all lowered and featurised: cheap next to compiling and timing them) are proposed in the
+order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them.
+Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
+child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
+baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate
+(predicted log time less OPTIMISM spreads of its members, search/cost_model.py): a round's best child may lie beyond
+what was measured, where trees do not extrapolate (a matmul's best branch ranked 7th of 24). A warm start brings data
+(`prior`): what the searches of kernels alike measured (search/similar.py), each time relative to its own kernel's
+hand-coded one, as this search's are to its own: then the model ranks from round 1. The model only chooses what is
+measured: the winner is measured and verified like any candidate, and the final check is the same."""
 from __future__ import annotations
+from typing import Optional, Sequence
 import numpy as np
-from linearizer.kernel import Kernel, Opt
+from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.options import LinearizerOptions
 from search.beam import BeamStrategy
 from search.cost_model import CostModel
 from search.features import features
 from search.result import Candidate
 from search.settings import StrategySettings
+from search.similar import Tuned
 
 
 # measurements before the model ranks: fitted on the seeds alone (2-3 points) it ranked no better than chance
@@ -26,26 +31,37 @@ def explored(top: int) -> int:
   """How many of a round's top measured children are explored: 1 of 3 to 7, 2 of 8 to 12, none of 1 or 2."""
   return (top + 2) // 5
 
+Data = list[tuple[list[float], float]]  # (features, time relative to the kernel's hand-coded time)
+
 
 class ModelBeamStrategy(BeamStrategy):
-  def __init__(self, seeds: list[Kernel], actions: tuple[Opt, ...], s: StrategySettings):
-    super().__init__(seeds, actions, s)
+  def __init__(self, seeds: list[Kernel], actions: tuple[Opt, ...], s: StrategySettings, extra: Sequence[Kernel] = (),
+               prior: Sequence[tuple[list[float], float]] = (), cut: bool = True):
+    super().__init__(seeds, actions, s, extra)
+    self.prior, self.cut = list(prior), cut
     self.model = CostModel()
+    self.hand = tuple(seeds[0].applied_opts) if seeds else ()  # the first seed is the hand-coded one (search/tune.py)
+    self.base: Optional[float] = None                      # its time: what this search's times are relative to
     self.featurised: dict[tuple, list[float]] = {}         # by schedule: each candidate lowered once here
     self.data: list[tuple[list[float], float]] = []        # (features, best time) of everything timed so far
 
   def observe(self, results: list[tuple[Kernel, Candidate]]) -> None:
     super().observe(results)
     # a SLOW candidate's time is where its timing stopped, already several times the best: still the right order
-    self.data += [(self._features(k), c.min_s) for k, c in results if c.min_s]
+    timed = [(k, c.min_s) for k, c in results if c.min_s]
+    self.data += [(self._features(k), t) for k, t in timed]
+    if self.base is None and timed: self.base = next((t for k, t in timed if tuple(k.applied_opts) == self.hand), min(t for _, t in timed))
 
   def _next_round(self) -> None:
     super()._next_round()
     top = self.s.measure_top
-    if self.done or len(self.pending) <= top: return
-    if len(self.data) < MIN_TRAIN: return  # too little to learn from: every child, as the beam measures them
+    if self.done or self.cut and len(self.pending) <= top: return
+    if len(data := self.prior + [(f, t / (self.base or 1.0)) for f, t in self.data]) < MIN_TRAIN: return  # every child, as the beam
     fs = [self._features(k) for k in self.pending]
-    self.model.fit(*zip(*self.data))
+    self.model.fit(*zip(*data))
+    if not self.cut:  # every child, the predicted fastest first
+      self.pending = [self.pending[i] for i in self.model.rank(fs)]
+      return
     best = self.model.rank(fs)[:top - explored(top)]
     hope = np.argsort(self.model.predict(fs) - OPTIMISM * self.model.spread(fs), kind="stable")
     self.pending = [self.pending[i] for i in best + [int(i) for i in hope if i not in best][:explored(top)]]
@@ -53,3 +69,17 @@ class ModelBeamStrategy(BeamStrategy):
   def _features(self, k: Kernel) -> list[float]:
     if (key := tuple(k.applied_opts)) not in self.featurised: self.featurised[key] = features(k)
     return self.featurised[key]
+
+
+def prior_data(tuned: Sequence[Tuned], options: LinearizerOptions) -> Data:
+  """What the searches of kernels alike measured, as a cost model's data: each timed candidate lowered on its own kernel
+  under these options, its time relative to that search's hand-coded candidate's (its baseline's where that one is gone)."""
+  out: Data = []
+  for t in tuned:
+    r, root = t.result, Kernel(t.ast.rebased(), options)
+    base = next((c.min_s for c in r.candidates if c.opts == r.baseline_opts and c.min_s), r.baseline_s)
+    for c in r.candidates:
+      if not c.min_s or c.failed: continue
+      try: out.append((features(root.copy().apply_opts(c.opts)), c.min_s / base))
+      except OptError: continue  # an opt these options refuse
+  return out

@@ -14,16 +14,17 @@ from devices import registry
 from linearizer import ACTION_SPACE_VERSION
 from linearizer.ast import KernelAST
 from linearizer.heuristic import hand_coded_optimizations
-from linearizer.kernel import Kernel, OptError
+from linearizer.kernel import Kernel, Opt
 from search.actions import actions_for
 from search.beam import BeamStrategy
 from search.builder import Build, Builder
 from search.load import OtherLoad, wait_quiet
-from search.model_beam import ModelBeamStrategy
+from search.model_beam import ModelBeamStrategy, prior_data
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Status
 from search.runner import Runner
 from search.settings import OnBusy, SearchSettings, StrategyKind
+from search.similar import Tuned, refit, variants
 from search.strategy import drive
 from search.workshop import WORKSHOP, Workshop
 
@@ -39,14 +40,17 @@ class SearchStopped(Exception):
 
 def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
          progress: Optional[Callable[[int, Optional[float]], None]] = None, stop: Optional[threading.Event] = None,
-         warm: Sequence[Sequence[dict]] = (), workshop: Optional[Workshop] = None, runs: int = 1) -> SearchResult:
+         warm: Sequence[Sequence[dict]] = (), workshop: Optional[Workshop] = None, runs: int = 1, alike: Sequence[Tuned] = ()) -> SearchResult:
   """Search the fastest verified schedule of `ast` on `device` within the settings' budget. `module` swaps the backend
   module (tests plant faults with it); progress(candidates measured, best seconds so far) is called after each
   measurement; setting `stop` abandons the search (SearchStopped) within a candidate's timing. `warm`: schedules to
-  start from besides the hand-coded one (winners found elsewhere: warm_seeds), those illegal here left out. `workshop`:
-  where the compile pool and the runner come from and go back to (default: the process's, search/workshop.py). `runs`:
-  how often the kernel runs per inference of its model: with its hand-coded time, what the search is worth (the share of
-  the budget it gets after the seeds: StrategySettings.effort)."""
+  start from besides the hand-coded one (winners found elsewhere: warm_seeds), re-fitted to these sizes; round 1 tries
+  their variants (search/similar.py). `alike`: kernels alike tuned before on this device: their winners are warm starts
+  too, and what their searches measured trains the cost model that orders the children from round 1 on (with the beam
+  strategy it orders them, the model strategy's measure_top cut stays). `workshop`: where the compile pool and the
+  runner come from and go back to (default: the process's, search/workshop.py). `runs`: how often the kernel runs per
+  inference of its model: with its hand-coded time, what the search is worth (the share of the budget it gets after the
+  seeds: StrategySettings.effort)."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)
@@ -62,8 +66,11 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     hand_coded_optimizations(hand)
     search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case,
                      [o.to_json() for o in hand.applied_opts], runs)
-    kind = ModelBeamStrategy if s.strategy.strategy is StrategyKind.MODEL else BeamStrategy
-    strategy = kind(warm_seeds(root, [hand.applied_opts, [], *warm]), actions_for(root.options), s.strategy)
+    actions, schedules = actions_for(root.options), [*warm, *(t.result.best_opts for t in alike)]
+    seeds, extra = warm_seeds(root, [hand.applied_opts, [], *schedules], actions), [v for w in schedules for v in variants(root, w, actions)]
+    prior, model = prior_data(alike, root.options), s.strategy.strategy is StrategyKind.MODEL
+    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, prior, cut=model) if model or prior else \
+      BeamStrategy(seeds, actions, s.strategy, extra)
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     case.result()
@@ -210,15 +217,13 @@ class _Search:
       self.check_stop()
 
 
-def warm_seeds(root: Kernel, schedules: Sequence[Sequence]) -> list[Kernel]:
-  """root under each schedule, each once, in order: under the longest prefix of it that is legal here (a neighbour's
-  winner whose later opts do not divide these sizes still gives its first), none where not even its first opt is."""
+def warm_seeds(root: Kernel, schedules: Sequence[Sequence], actions: Sequence[Opt]) -> list[Kernel]:
+  """root under each schedule, each once, in order, re-fitted to these sizes (search/similar.py refit: a neighbour's
+  tile that does not divide them takes the nearest that does; the schedule ends at an opt that fits in no amount),
+  none where not even its first opt fits."""
   out, seen = [], set()
   for opts in schedules:
-    k = root
-    for o in opts:
-      try: k = k.copy().apply_opts([o])  # a copy each: a refused opt leaves no half-applied state
-      except OptError: break
+    k = refit(root, opts, actions)
     if (key := tuple(k.applied_opts)) not in seen and (key or not opts):
       seen.add(key)
       out.append(k)

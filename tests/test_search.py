@@ -234,10 +234,10 @@ def test_warm_starts_are_seeds_measured_in_round_0_and_illegal_ones_are_left_out
   k = reduce("SUM", (256, 256), (1,))
   up2 = {"op": "UPCAST", "axis": 0, "amt": 2}
   warm = [[{"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": 4}], [{"op": "UPCAST", "axis": 9, "amt": 4}],
-          [up2, {"op": "UNROLL", "axis": 0, "amt": 7}]]  # the last: its legal prefix
+          [up2, {"op": "UNROLL", "axis": 0, "amt": 7}]]  # the last: re-fitted, 8 the amount nearest 7 that divides 256
   r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=8, **FAST)), warm=warm)
   seeds = [c.opts for c in r.candidates if c.round == 0]
-  assert warm[0] in seeds and [] in seeds and [up2] in seeds and len(seeds) == 4 and r.verified
+  assert warm[0] in seeds and [] in seeds and [up2, {"op": "UNROLL", "axis": 0, "amt": 8}] in seeds and len(seeds) == 4 and r.verified
   cache = ResultCache(tmp_path / "r.sqlite")
   cache.put(r)
   assert cache.winners_elsewhere(k.key, "another-fingerprint", r.action_space_version) == [r.best_opts]
@@ -275,9 +275,9 @@ def test_kernels_alike_but_for_their_sizes_seed_each_other_nearest_first_on_the_
   put(near, up(4))
   put(near, up(8), fp="another")                  # another device's: not a neighbour here
   put(a, up(2))                                   # its own: a hit, not a warm start
-  assert cache.winners_alike(a, "fp", ACTION_SPACE_VERSION) == [up(4), up(16)]
-  assert cache.winners_alike(a, "fp", ACTION_SPACE_VERSION, n=1) == [up(4)]
-  assert cache.winners_alike(a, "fp", ACTION_SPACE_VERSION + 1) == []
+  assert [(t.ast.key, t.result.best_opts) for t in cache.alike(a, "fp", ACTION_SPACE_VERSION)] == [(near.key, up(4)), (far.key, up(16))]
+  assert [t.result.best_opts for t in cache.alike(a, "fp", ACTION_SPACE_VERSION, n=1)] == [up(4)]
+  assert cache.alike(a, "fp", ACTION_SPACE_VERSION + 1) == []
   with pytest.raises(ValueError, match="not this kernel"): put(near, up(2)) or cache.put(SearchResult.from_json(
     {**cache.get(near.key, "fp", ACTION_SPACE_VERSION).to_json(), "kernel_key": "x"}), near)
 
@@ -288,7 +288,7 @@ def test_a_jobs_warm_starts_are_schedules_and_junk_in_them_is_dropped_not_fatal(
   warm = warm_of({"warm": [[5], [{"op": "BOGUS"}], "junk", [up, {"op": "UNROLL", "axis": 0}, unroll], [up, unroll]]})
   assert warm == [[5], [{"op": "BOGUS"}], [up, {"op": "UNROLL", "axis": 0}, unroll], [up, unroll]]
   assert warm_of({"warm": "junk"}) == warm_of({}) == []
-  seeds = search_tune.warm_seeds(root, [[], *warm])  # junk: left out; an illegal opt: its schedule ends there
+  seeds = search_tune.warm_seeds(root, [[], *warm], actions_for(root.options))  # junk: left out; an opt with no amount ends its schedule
   assert [[o.to_json() for o in k.applied_opts] for k in seeds] == [[], [up], [up, unroll]]
 
 

@@ -247,8 +247,8 @@ def cmd_tune(args) -> int:
       cached = r is not None
       if r is None:
         with progress.kernel(name, settings) as show:
-          warm = cache.winners_elsewhere(k.key, fp_hash, ACTION_SPACE_VERSION) + cache.winners_alike(k, fp_hash, ACTION_SPACE_VERSION)
-          try: r = tune(k, args.device, settings, progress=show, warm=warm)
+          warm, alike = cache.winners_elsewhere(k.key, fp_hash, ACTION_SPACE_VERSION), cache.alike(k, fp_hash, ACTION_SPACE_VERSION)
+          try: r = tune(k, args.device, settings, progress=show, warm=warm, alike=alike)
           except (SearchError, RenderBug, DeviceBusy) as e:
             ok, why = False, f"device busy: {e}" if isinstance(e, DeviceBusy) else str(e)
             failed = {"kernel_key": k.key, "kernel_name": name, "device": args.device, "error": why}
