@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, result_json
+from linearizer import ACTION_SPACE_VERSION
 from tunesvc.api import create_app
 from tunesvc.config import Settings, parse_tokens
 from tunesvc.store.models import Job, Worker
@@ -766,3 +767,24 @@ def test_the_open_rate_limit_holds_against_many_addresses():
   for i in range(500): rl.buckets[f"192.0.2.{i}"] = (rl.burst, time.monotonic() - 10)  # idle clients, refilled long ago
   assert rl.retry_after("198.51.100.7") == 0 and len(rl.buckets) <= 100
   assert rl.retry_after("10.0.0.1") > 0 and rl.retry_after("2001:db8::4") > 0  # still in debt: not forgotten
+
+
+def test_a_claimed_search_brings_the_kernels_served_winners_on_other_fingerprints_as_warm_starts(api):
+  k, fp = example("sum_all"), cpu_fingerprint()[0]
+  fp2 = {**fp, "cpu": f"{fp.get('cpu')} (another)"}
+  h2 = hashlib.sha256(json.dumps(fp2, sort_keys=True).encode()).hexdigest()
+  here, there = register(api, "here"), register(api, "there", fp2, h2)
+  job, = submit(api, [k], device=h2)
+  assert claim(api, there)["warm"] == []  # nothing served yet
+  body = {"job_id": job["job_id"], "result": result_json(k, fp2, h2, best_s=1e-5, version=ACTION_SPACE_VERSION)}
+  assert api.post(f"/v1/workers/{there}/report", json=body, headers=W(there)).status_code == 200
+  c = claim(api, there)
+  assert c["kind"] == "confirm" and c["warm"] == []  # a confirmation searches nothing
+  body = {"job_id": c["job_id"], "result": result_json(k, fp2, h2, best_s=1e-5, version=ACTION_SPACE_VERSION)}
+  assert api.post(f"/v1/workers/{there}/report", json=body, headers=W(there)).status_code == 200
+  won = body["result"]["best_opts"]
+  again, = submit(api, [k], device="CPU")
+  c = api.post(f"/v1/workers/{here}/claim", json={"action_space_version": ACTION_SPACE_VERSION}, headers=W(here)).json()
+  assert c["job_id"] == again["job_id"] and c["warm"] == [won]  # the winner there is a seed here
+  assert api.post(f"/v1/workers/{here}/release", json={"job_id": c["job_id"]}, headers=W(here)).status_code == 200
+  assert claim(api, there)["warm"] == []  # its own fingerprint's winner is a hit, not a warm start

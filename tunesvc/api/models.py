@@ -251,6 +251,8 @@ class ClaimOut(BaseModel):
   attempts: int = Field(description="failed attempts so far")
   lease_expires: float
   runs: int = Field(1, description="how often the kernel runs per inference (the most any model recorded): what its search is worth")
+  warm: list[list[dict[str, Any]]] = Field([], description="a search's: schedules to start from besides the hand-coded one "
+                                           "(this kernel's served winners on other device fingerprints)")
 
 class HeartbeatRequest(Request):
   job_id: Id

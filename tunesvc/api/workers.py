@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Request, Response
 from tunesvc.api.auth import WORKER, Caller, role
 from tunesvc.api.models import ClaimOut, ClaimRequest, HeartbeatOut, HeartbeatRequest, IdPath, JobOut, RegisterRequest, \
   ReleaseRequest, ReportOut, ReportRequest, WorkerOut
-from tunesvc.states import JobState
+from tunesvc.states import JobKind, JobState
 from tunesvc.store import queue, reads
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[role("worker")])
@@ -32,8 +32,10 @@ def claim(worker_id: IdPath, body: ClaimRequest, request: Request, key: WorkerKe
   """The next job for this worker's fingerprint (selector = its backend or its exact hash), leased for lease_s."""
   if (got := queue.claim(request.app.state.store, worker_id, body.lease_s, body.action_space_version, key)) is None: return Response(status_code=204)
   j, k = got
+  st = request.app.state.store
+  warm = reads.winners_elsewhere(st, j.kernel_key, worker_id, body.action_space_version) if j.kind == JobKind.TUNE else []
   return ClaimOut(job_id=j.id, kind=j.kind, kernel_key=j.kernel_key, kernel=k.document, device=j.device, settings=j.settings, attempts=j.attempts,
-                  lease_expires=j.lease_expires, runs=reads.kernel_runs(request.app.state.store, j.kernel_key))
+                  lease_expires=j.lease_expires, runs=reads.kernel_runs(st, j.kernel_key), warm=warm)
 
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatOut, responses={409: {"description": "the job was taken away"}})

@@ -134,6 +134,18 @@ def kernel_runs(st: Store, key: str) -> int:
   """How often the kernel runs per inference: the most any model recorded for it (1 where none did)."""
   with st.read() as s: return s.scalar(select(func.max(ModelKernel.runs)).where(ModelKernel.kernel_key == key)) or 1
 
+def winners_elsewhere(st: Store, key: str, worker_id: int, action_space_version: Optional[int] = None, n: int = 3) -> list[list]:
+  """The served winners of this kernel on n other device fingerprints than the worker's, of its backend first, then of the
+  newest action-space version (at most the worker's: versions only add opts): its search's warm starts (seeds, each
+  measured, so a few)."""
+  mine = select(Worker.fingerprint_hash).where(Worker.id == worker_id).scalar_subquery()
+  backend = select(Fingerprint.backend).where(Fingerprint.hash == mine).scalar_subquery()
+  q = select(Result.best_opts).join(Best, Best.result_id == Result.id).join(Fingerprint, Fingerprint.hash == Best.fingerprint_hash) \
+    .where(Best.kernel_key == key, Best.fingerprint_hash != mine)
+  if action_space_version is not None: q = q.where(Best.action_space_version <= action_space_version)
+  q = q.order_by((Fingerprint.backend == backend).desc(), Best.action_space_version.desc(), Best.fingerprint_hash).limit(n)
+  with st.read() as s: return [list(o) for o in s.scalars(q)]
+
 def devices(st: Store) -> set[str]:
   """Every device selector some worker has registered: backend names and fingerprint hashes."""
   with st.read() as s: return {x for row in s.execute(select(Fingerprint.backend, Fingerprint.hash)) for x in row}
