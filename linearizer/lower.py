@@ -98,8 +98,17 @@ def _identity(fn: str, dt: DType) -> int | float:
 
 def lower(k: Kernel, name: str = "kernel") -> Program:
   """The kernel's linear IR: the declarations, the loops outside the reduce, the reduce (plain, grouped or on tensor
-  cores), the stores; then products fused into their accumulates. Each loop nest and IF is a scope (_Lowering.scope)."""
-  lo = _Lowering(k)
+  cores), the stores; then products fused into their accumulates. Each loop nest and IF is a scope (_Lowering.scope).
+  Lowered twice where a padded row's vector load could be a shifted one the kernel loads anyway (_Lowering.loaded)."""
+  lo = _lower(k, frozenset())
+  if lo.shiftable: lo = _lower(k, frozenset(u.arg for u in lo.uops if u.op is UOps.LOAD and u.vec == lo.W > 1 and LANE not in _names(u.arg[2])))
+  launch = tuple(s for _, s in lo.gdims), tuple(concrete(s) for _, s in lo.ldims)  # LOCAL and GROUP split int sizes
+  return Program(name, _fuse_mulacc(lo.uops, lo.sums), lo.bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
+
+def _names(x: sint) -> set[str]: return {v.name for v in variables(x)}
+
+def _lower(k: Kernel, loaded: frozenset) -> _Lowering:
+  lo = _Lowering(k, loaded)
   bufs = [(b.buf, b.dtype) for b in k.ast.buffers]
   for b, dt in bufs: lo.emit(UOp(UOps.DEFINE_GLOBAL, dt, (), b))
   for v in k.ast.vars: lo.emit(UOp(UOps.DEFINE_VAR, None, (), v))
@@ -119,17 +128,22 @@ def lower(k: Kernel, name: str = "kernel") -> Program:
     lo.pack()
     inner = [i for i in lo.outer if i >= k.thread_dims + k.block_dims]  # on a GPU the launch's axes are no loops
     with lo.scope([(lo.loop_vars[i], lo.full[i], 0) for i in inner]): lo.body()
-  launch = tuple(s for _, s in lo.gdims), tuple(concrete(s) for _, s in lo.ldims)  # LOCAL and GROUP split int sizes
-  return Program(name, _fuse_mulacc(lo.uops, lo.sums), bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
+  lo.bufs = bufs
+  return lo
 
 
 class _Lowering:
   """One kernel's lowering: its layout as the passes read it (each loop axis's index, the upcast axes unrolled into
   lanes, the vector axis carried as `W` lanes of one value), the uops so far, and the common subexpressions of the
   scope being emitted into, which every uop goes through (emit)."""
-  def __init__(self, k: Kernel):
+  def __init__(self, k: Kernel, loaded: frozenset = frozenset()):
     self.k, self.red = k, k.reduceop
     self.uops: list[UOp] = []
+    # the (buf, index, valid) of every vector LOAD whose lanes are all valid together, from a first lowering: where such
+    # a load's validity holds, all its lanes are in bounds (the kernel reads them), so a padded row's lanes that are
+    # valid under that validity are that load's lanes, shifted (shifted), with no memory access of their own
+    self.loaded, self.shiftable = loaded, False
+    self.bufs: list[tuple[int, DType]] = []
     self.seen: dict[UOp, int] = {}
     self.sums: set[int] = set()  # the ALU ops combining a reduce's lanes (_fuse_mulacc may fuse only these)
     full = self.full = k.full_shape
@@ -214,12 +228,29 @@ class _Lowering:
     stride 0: a broadcast; else one load per lane."""
     idx, valid = self.index(self.st_of[node.arg], lane)
     aff, buf = affine(idx, [self.lane_var]), self.buf_of[node.arg]
-    if aff is not None and aff[0][0] == 1: return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, _lane0(idx), valid), self.W))
+    if aff is not None and aff[0][0] == 1:
+      if self.lane_var in variables(valid) and (r := self.shifted(node.dtype, buf, _lane0(idx), valid)) is not None: return r
+      return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, _lane0(idx), valid), self.W))
     if aff is not None and aff[0][0] == 2 and self.W > 2: return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, idx, valid), self.W))
     if self.lane_var not in variables(valid) and aff is not None and aff[0][0] == 0:
       return self.emit(UOp(UOps.VBROADCAST, node.dtype, (self.scalar_load(buf, node.dtype, _lane0(idx), valid),), None, self.W))
     lanes = tuple(self.scalar_load(buf, node.dtype, substitute(idx, {LANE: j}), substitute(valid, {LANE: j})) for j in range(self.W))
     return self.emit(UOp(UOps.VBUILD, node.dtype, lanes, None, self.W))
+
+  def shifted(self, dt: DType, buf: int | str, idx: sint, valid: sint) -> Optional[int]:
+    """A contiguous row at `idx` whose lanes are each never valid or valid under one lane-free condition (a padded conv's
+    row shifted by its window): the lanes of the vector LOAD the kernel makes under that condition `s` elements on,
+    where there is one (self.loaded), else None (and a second lowering is asked for where one could be)."""
+    live = [(j, v) for j in range(self.W) if (v := substitute(valid, {LANE: j})) != 0]
+    if not live or any(v != live[0][1] for _, v in live) or LANE in _names(cond := live[0][1]): return None
+    for s in range(1 - self.W, self.W):
+      if all(0 <= j - s < self.W for j, _ in live):
+        self.shiftable = True
+        if (buf, add(idx, s), cond) in self.loaded:
+          row = self.emit(UOp(UOps.LOAD, dt, (), (buf, add(idx, s), cond), self.W))
+          lanes = {j: self.emit(UOp(UOps.GEP, dt, (row,), j - s)) for j, _ in live}
+          return self.emit(UOp(UOps.VBUILD, dt, tuple(lanes.get(j, self.const(0, dt)) for j in range(self.W)), None, self.W))
+    return None
 
   def scalar_load(self, buf: int | str, dt: DType, idx: sint, valid: sint) -> int:
     return self.const(0, dt) if valid == 0 else self.emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
