@@ -135,14 +135,16 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
 def _threads() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
-  """Everything that gives a timing its meaning on this host, the version of our code generator included, and nothing
+  """Everything that gives a timing its meaning on this host, the version of our code generator and the LinearizerOptions
+  included (so that a fingerprint's hash names its options: no one can register other options under it), and nothing
   volatile (no PIDs, no clocks)."""
   cc = _cc()
   _, real, version = _compiler(cc)
   model, isa = _cpuinfo()
   return {"backend": "CPU", "arch": platform.machine(), "cpu": model, "isa": sorted(isa & set(ISA_FLAGS)),
           "compiler": real, "compiler_version": version, "flags": list(flags), "target": _target(cc, flags),
-          "threads": _threads(), "codegen": CODEGEN_VERSION}
+          "threads": _threads(), "codegen": CODEGEN_VERSION,
+          "options": options().to_json()}
 
 def options() -> LinearizerOptions:
   isa = _cpuinfo()[1]

@@ -47,6 +47,7 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
   name, driver = ctypes.create_string_buffer(256), DRIVER.get_int("driver_version")
   DRIVER.check(DRIVER.fn("device_name")(name, len(name), DRIVER.device), DRIVER.name("device_name"))
   return {"backend": "CUDA", "device": name.value.decode(errors="replace"), "arch": arch(),
-          "driver_version": f"{driver // 1000}.{driver % 1000 // 10}", "nvrtc": nvrtc.version(), "flags": list(flags), "codegen": CODEGEN_VERSION}
+          "driver_version": f"{driver // 1000}.{driver % 1000 // 10}", "nvrtc": nvrtc.version(), "flags": list(flags), "codegen": CODEGEN_VERSION,
+          "options": options().to_json()}
 
 def options() -> LinearizerOptions: return _options(DRIVER.limits(), int(arch()[3:]))

@@ -45,6 +45,7 @@ def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS) -> Binary:
 
 def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
   return {"backend": "HIP", "device": _props().name.decode(errors="replace"), "arch": arch(),
-          "runtime_version": DRIVER.get_int("runtime_version"), "hiprtc": _rtc().version(), "flags": list(flags), "codegen": CODEGEN_VERSION}
+          "runtime_version": DRIVER.get_int("runtime_version"), "hiprtc": _rtc().version(), "flags": list(flags), "codegen": CODEGEN_VERSION,
+          "options": options().to_json()}
 
 def options() -> LinearizerOptions: return gpu_options("HIP", DRIVER.limits(), RDNA3 if arch().startswith("gfx11") else ())

@@ -169,7 +169,8 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
           "platform_version": _info(cl.clGetPlatformInfo, p, cl.CL_PLATFORM_VERSION), "device": _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_NAME),
           "device_version": _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_VERSION), "driver_version": _info(cl.clGetDeviceInfo, d, cl.CL_DRIVER_VERSION),
           "opencl_c_version": _info(cl.clGetDeviceInfo, d, cl.CL_DEVICE_OPENCL_C_VERSION), "flags": list(flags),
-          "codegen": CODEGEN_VERSION}
+          "codegen": CODEGEN_VERSION,
+          "options": options().to_json()}
 
 def options() -> LinearizerOptions:
   cl, (_, d) = _cl(), _device()

@@ -10,9 +10,9 @@ from linearizer.options import LinearizerOptions
 from search.result import Candidate, SearchResult
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "kernels").glob("*.json"))
-CUDA_FP = {"backend": "CUDA", "arch": "sm_90", "compiler": "nvrtc", "compiler_version": "12.4", "driver": "550.54"}
-CUDA_HASH = cpu.fingerprint_hash(CUDA_FP)
 CUDA_OPTIONS = LinearizerOptions("CUDA").to_json()
+CUDA_FP = {"backend": "CUDA", "arch": "sm_90", "compiler": "nvrtc", "compiler_version": "12.4", "driver": "550.54", "options": CUDA_OPTIONS}
+CUDA_HASH = cpu.fingerprint_hash(CUDA_FP)
 
 
 @functools.cache

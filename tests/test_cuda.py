@@ -104,6 +104,7 @@ def test_without_a_driver_or_device_cuda_is_not_available():
 @needs_gpu
 def test_fingerprint_options_and_registry():
   fp, o = cuda.fingerprint(), cuda.options()
+  assert fp["options"] == o.to_json()  # the hash names the options
   assert fp["backend"] == "CUDA" and fp["arch"].startswith("sm_") and all(fp[f] for f in ("device", "driver_version", "nvrtc"))
   assert o.has_local and o.has_shared and o.local_size_max >= 1024 and o.local_max[2] == 64 and o.shared_max >= 48 << 10
   assert registry.get("CUDA:0") is registry.get("CUDA") is cuda and "CUDA" in registry.available()

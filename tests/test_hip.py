@@ -99,6 +99,7 @@ def test_programs_take_host_arrays_and_copy_every_buffer_back():
 @needs_gpu
 def test_fingerprint_options_and_registry():
   fp, o = hip.fingerprint(), hip.options()
+  assert fp["options"] == o.to_json()  # the hash names the options
   assert fp["backend"] == "HIP" and fp["arch"].startswith("gfx") and fp["device"] and o.local_size_max >= 256 and o.shared_max >= 32 << 10
   assert o.tensor_cores == (RDNA3 if fp["arch"].startswith("gfx11") else ())
   assert registry.get("HIP:0") is registry.get("HIP") is hip and "HIP" in registry.available()

@@ -27,6 +27,7 @@ def test_programs_take_host_arrays_and_copy_every_buffer_back():
 
 def test_fingerprint_options_and_registry():
   fp, o = opencl.fingerprint(), opencl.options()
+  assert fp["options"] == o.to_json()  # the hash names the options
   assert fp["backend"] == "OPENCL" and all(fp[f] for f in ("platform", "platform_version", "device", "device_version", "driver_version"))
   assert o.has_local and o.has_shared and not o.has_threads and o.local_size_max >= 64 and o.shared_max >= 16 << 10
   assert registry.get("OPENCL:0") is registry.get("OPENCL") is opencl

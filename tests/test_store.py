@@ -301,12 +301,17 @@ def test_only_the_lease_holder_reports_and_every_report_is_checked(store, cpu_wo
   assert count(store, Result) == 0 and reads.job(store, job.id)[0].state == "running"
 
 
-def test_registration_checks_the_hash_and_keeps_one_set_of_options(store, cpu_worker):
+def test_registration_checks_the_hash_and_takes_only_the_options_the_fingerprint_names(store):
+  """Before: the first registration of a fingerprint set its options, so a stolen worker token registering the real
+  fingerprint first with options of its own (more threads, LOCAL made legal) had every honest worker of it refused."""
   fp, h = cpu_fingerprint()
   with pytest.raises(queue.Invalid, match="not the fingerprint's hash"): queue.register(store, "x", "CPU", {**fp, "threads": 999}, h, cpu_options())
-  with pytest.raises(queue.Invalid, match="other LinearizerOptions"):
+  with pytest.raises(queue.Invalid, match="not the LinearizerOptions the fingerprint names"):
     queue.register(store, "x", "CPU", fp, h, {**cpu_options(), "has_local": True})  # a worker that would make LOCAL legal here
   with pytest.raises(queue.Invalid, match="not LinearizerOptions"): queue.register(store, "x", "CPU", fp, h, {"nonsense": 1})
+  own = {**cpu_options(), "threads": 64}  # options of its own name another fingerprint, which no client of this device looks up
+  thief = queue.register(store, "thief", "CPU", {**fp, "options": own}, queue.settings_hash({**fp, "options": own}), own)
+  assert thief.fingerprint_hash != h and queue.register(store, "honest", "CPU", fp, h, cpu_options()).fingerprint_hash == h
 
 
 def test_a_result_is_served_once_a_second_measurement_confirms_it(store, cpu_worker):

@@ -124,7 +124,8 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
 def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict, key: Optional[str] = None,
              registrant: Optional[str] = None, max_live: Optional[tuple[int, float]] = None) -> Worker:
   """A worker of this fingerprint (its hash must be the devices' sha256 of its sorted JSON) whose linearizer runs under
-  `options` (LinearizerOptions JSON): the first worker of a fingerprint registers them, every later one must agree.
+  `options` (LinearizerOptions JSON), which must be the fingerprint's own (its "options"): so the hash names them, and no
+  one registering a fingerprint first can impose other options on it, or refuse its honest workers.
   `key`: what its later calls must carry (kept as its sha256); `registrant`: the credentials it registered with, which
   may have at most max_live = (n, offline_s) workers heard from within offline_s (TooMany past it: a stolen token's
   registrations grow no table without bound)."""
@@ -136,13 +137,12 @@ def register(st: Store, name: str, device: str, fingerprint: dict, fingerprint_h
   # registered first, refuse every honest worker of this one
   if device != (backend := fingerprint["backend"]):
     raise Invalid(f"options: another device's LinearizerOptions ({device}) for a {backend} fingerprint")
+  if fingerprint.get("options") != options: raise Invalid("options: not the LinearizerOptions the fingerprint names (its \"options\")")
   with st.write() as s:
     s.execute(st.insert(Fingerprint).values(hash=fingerprint_hash, backend=fingerprint["backend"], json=fingerprint, options=options)
               .on_conflict_do_nothing())
     fp = s.get_one(Fingerprint, fingerprint_hash, with_for_update=True)
     if fp.json != fingerprint: raise Invalid(f"fingerprint {fingerprint_hash} is registered with a different fingerprint")
-    if fp.options is None: fp.options = options  # registered before options were
-    elif fp.options != options: raise Invalid(f"fingerprint {fingerprint_hash} is registered with other LinearizerOptions: {fp.options}")
     if registrant is not None and max_live is not None:
       most, offline_s = max_live
       live = select(func.count()).select_from(Worker).where(Worker.registrant == registrant, Worker.last_heartbeat >= t - offline_s)
