@@ -84,7 +84,10 @@ class CompilePool:
       if s.ticket is not None: continue
       if s.tasks >= self.max_tasks: s = self._replace(s)
       ticket, fn, args = self._queue.popleft()
-      s.conn.send((fn, args))
+      try: s.conn.send((fn, args))
+      except OSError:  # the idle worker died (killed from outside; seen under heavy load): a fresh one takes the task
+        s = self._replace(s)
+        s.conn.send((fn, args))
       s.ticket, s.tasks, s.deadline = ticket, s.tasks + 1, time.monotonic() + self.timeout_s
 
   def results(self, timeout: Optional[float] = None) -> Iterator[tuple[int, bool, Any]]:

@@ -1,4 +1,4 @@
-import contextlib, json, os, subprocess, sys, threading, time
+import contextlib, json, math, multiprocessing, os, subprocess, sys, threading, time
 from types import SimpleNamespace
 import pytest
 from devices import cpu
@@ -13,6 +13,7 @@ from search.actions import ACTIONS, actions_for, children
 from search.beam import BeamStrategy
 from search.builder import RenderBug
 from search.cache import ResultCache
+from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
@@ -327,3 +328,13 @@ def test_a_search_weighs_the_kernel_by_its_hand_coded_time_and_runs_and_cuts_its
   assert little.conditions["effort"] == 0.1 and much.conditions["effort"] == 1.0 and little.verified and much.verified
   after_seeds = [len([c for c in r.candidates if c.round > 0]) for r in (little, much)]
   assert after_seeds[0] < after_seeds[1], after_seeds  # (search times: the first search here may start the pool and runner)
+
+
+def test_a_compile_worker_that_died_idle_is_replaced_when_the_next_task_comes():
+  # seen once under load 10+: an idle worker gone, and the next submit raised BrokenPipeError out of the search
+  with CompilePool(1) as pool:
+    t = pool.submit(math.factorial, 5)
+    assert list(pool.results()) == [(t, True, 120)]
+    for p in multiprocessing.active_children(): p.kill(); p.join()
+    t = pool.submit(math.factorial, 6)
+    assert list(pool.results()) == [(t, True, 720)]
