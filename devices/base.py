@@ -18,7 +18,12 @@ MAX_ERR = 4096  # chars of a compiler's log kept in a CompileError
 
 
 class DeviceError(RuntimeError):
-  """A device's library, driver or device is missing, or one of its calls failed."""
+  """A device's library, driver or device is missing, or one of its calls failed. `lost`: the failure left the device
+  unusable in this process (CUDA's and HIP's sticky errors: a kernel's illegal address or trap poisons the context, and
+  every later call fails), so the process that owns it must be replaced."""
+  def __init__(self, *args: object, lost: bool = False):
+    super().__init__(*args)
+    self.lost = lost
 class CompileError(DeviceError):
   """Source that did not compile (the compiler's log is the message), or a compiler that is missing or timed out."""
 

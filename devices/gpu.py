@@ -38,6 +38,10 @@ NAMES: dict[str, tuple[Optional[str], Optional[str]]] = {
   "context_t": ("CUcontext", None), "module_t": ("CUmodule", "hipModule_t"), "function_t": ("CUfunction", "hipFunction_t"),
   "event_t": ("CUevent", "hipEvent_t"),
 }
+# errors after which the context is unusable and every later call fails (CUDA's and HIP's codes agree): an illegal address,
+# a launch timeout, a hardware stack error, an illegal instruction, a misaligned address, an invalid address space or PC, a
+# launch failure (a trap), a device-side assert
+STICKY = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 # device attributes by CUDA's name; HIP's is its CamelCase (MAX_BLOCK_DIM_X: hipDeviceAttributeMaxBlockDimX)
 ATTRIBUTE = ("CU_DEVICE_ATTRIBUTE_{}", "hipDeviceAttribute{}")
 
@@ -78,7 +82,8 @@ class Driver:
     if status == 0: return
     msg = ctypes.POINTER(ctypes.c_char)()
     getattr(lib or self.lib, NAMES["error_string"][self.api.column] or "")(status, ctypes.byref(msg))
-    raise self.api.error(f"{what} failed: {ctypes.string_at(msg).decode() if msg else f'{self.api.name} error {status}'}")
+    raise self.api.error(f"{what} failed: {ctypes.string_at(msg).decode() if msg else f'{self.api.name} error {status}'} ({status})",
+                         lost=status in STICKY)
 
   def get_int(self, ours: str, *args: Any) -> int:
     """A call that reports one int through its first argument."""

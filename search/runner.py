@@ -4,7 +4,9 @@ The search writes the inputs, the reference output and its bounds to a directory
 them (again, after every restart) into device buffers. Per candidate: a warm-up, then timed runs until a minimum
 measured time, each on a freshly poisoned output; an early stop once it is clearly slower than the best; and the
 last run's output, untouched by the next, checked against the reference. A candidate that kills the runner
-(segfault) or hangs is the parent's to see: it kills and restarts the process and reports the reason.
+(segfault) or hangs is the parent's to see: it kills and restarts the process and reports the reason. One that crashes
+without killing it (a write past its buffers' guards; on a GPU, an illegal address or a trap, after which the device's
+context fails every call) is reported by the runner, which the parent then restarts too.
 """
 from __future__ import annotations
 import contextlib, importlib, json, signal
@@ -104,7 +106,8 @@ def _main(conn: Connection, module: str) -> None:
         m = case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s)
         m.other_load = load.cores()
         conn.send(m)
-    except Exception as e: conn.send(Measurement(Status.RUN_ERROR, error=f"{type(e).__name__}: {e}"))
+    except Exception as e:  # a device that lost its context (getattr: any backend's error) fails the candidate as a crash
+      conn.send(Measurement(Status.CRASH if getattr(e, "lost", False) else Status.RUN_ERROR, error=f"{type(e).__name__}: {e}"))
 
 
 class Runner:
@@ -150,7 +153,10 @@ class Runner:
     `timeout_s` bounds the whole measurement (a hang's limit)."""
     try:
       self.conn.send(("measure", lib, name, check, min_time_s, min_runs, max_runs, early_stop_s))
-      if self.conn.poll(timeout_s): return self.conn.recv()
+      if self.conn.poll(timeout_s):
+        m: Measurement = self.conn.recv()
+        if m.status is Status.CRASH: self._restart()  # a crashed candidate may have left the device (its context, memory) unusable
+        return m
       self._restart()
       return Measurement(Status.TIMEOUT, error=f"no answer after {timeout_s:.3g} s: killed")
     except (EOFError, OSError):

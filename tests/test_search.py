@@ -48,7 +48,10 @@ def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candida
   assert got["hang"].status == "timeout" and "killed" in got["hang"].error
   assert got["wrong"].status == "mismatch" and "differ" in got["wrong"].error and not got["wrong"].verified
   assert got["syntax"].status == "compile_error" and "error" in got["syntax"].error
-  assert r.failed >= 4 and r.verified and r.best_s > 0
+  assert got["lose"].status == "crash" and "illegal memory access" in got["lose"].error
+  after = r.candidates[r.candidates.index(got["lose"]) + 1:]  # measured by a runner started again, on a device that works
+  assert any(c.status == Status.OK for c in after) and not any(c.status == Status.RUN_ERROR for c in after), [(c.opts, c.error) for c in after]
+  assert r.failed >= 5 and r.verified and r.best_s > 0
   assert not r.best_opts or Opt.from_json(r.best_opts[0]) not in fault_backend.FAULTS
   assert sum(c.status == Status.OK for c in r.candidates) > 2  # measuring went on after the runner died and was restarted
 
