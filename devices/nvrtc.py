@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes, ctypes.util, functools, importlib.metadata, importlib.util, os, re
 from dataclasses import dataclass
 from pathlib import Path
-from devices.base import CompileError, DeviceError, clipped
+from typing import Optional
+from devices.base import CompileError, DeviceError
 from devices.rtc import RTC
 
 
@@ -55,11 +56,14 @@ def include_dir() -> Path | None:
 
 @dataclass(frozen=True)
 class Compiled:
+  """A cubin and ptxas's report on it. Where a CUDA driver is installed, NVRTC serves the cubin of a program it built
+  before from the driver's compute cache (~/.nv/ComputeCache, CUDA_CACHE_DISABLE=1 turns it off) without running ptxas:
+  then the log is empty and the report None (seen on an H100: the same kernel compiled by a second process)."""
   cubin: bytes
-  log: str           # NVRTC's program log: warnings, and ptxas's report
-  registers: int     # per thread, by ptxas
-  spill_stores: int  # bytes
-  spill_loads: int
+  log: str                     # NVRTC's program log: warnings, and ptxas's report
+  registers: Optional[int]     # per thread, by ptxas
+  spill_stores: Optional[int]  # bytes
+  spill_loads: Optional[int]
 
 def compile(src: str, arch: str, flags: tuple[str, ...]) -> Compiled:
   """CUDA C++ -> a cubin for `arch` (sm_80, sm_90, ...) under NVRTC `flags`; the log in the CompileError."""
@@ -70,9 +74,10 @@ def compile(src: str, arch: str, flags: tuple[str, ...]) -> Compiled:
   cubin, log = _lib()[0].compile(src, opts, arch)
   return Compiled(cubin, log, *_ptxas(log))
 
-def _ptxas(log: str) -> tuple[int, int, int]:
-  """(registers, spill store bytes, spill load bytes) from ptxas's -v report of the one kernel."""
+def _ptxas(log: str) -> tuple[Optional[int], Optional[int], Optional[int]]:
+  """(registers, spill store bytes, spill load bytes) from ptxas's -v report of the one kernel; Nones where the log has
+  none (a cubin from the compute cache)."""
   regs = re.search(r"Used (\d+) registers", log)
   spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-  if regs is None or spills is None: raise CompileError(f"no ptxas report in NVRTC's log:\n{clipped(log)}")
+  if regs is None or spills is None: return None, None, None
   return int(regs.group(1)), int(spills.group(1)), int(spills.group(2))

@@ -49,7 +49,8 @@ def compile_case(case: Case, archs: tuple[str, ...] = ARCHS) -> dict:
     except cuda.CompileError as e:
       out["archs"][arch] = {"error": str(e)[:1500], "s": time.perf_counter() - t}
       continue
-    out["archs"][arch] = {"s": time.perf_counter() - t, "registers": c.registers, "spill_stores": c.spill_stores, "spill_loads": c.spill_loads}
+    out["archs"][arch] = {"s": time.perf_counter() - t}
+    if c.registers is not None: out["archs"][arch] |= {"registers": c.registers, "spill_stores": c.spill_stores, "spill_loads": c.spill_loads}
   return out
 
 def run(todo: list[Case], archs: tuple[str, ...], jobs: int) -> Iterator[dict]:

@@ -1,11 +1,12 @@
 """GPU-style schedules every GPU backend's tests run against the reference: grouped reduces with locals and upcasts,
-padding, more global axes than launch dims, a symbolic launch; one case run on a backend's device buffers; and one
-given host arrays."""
+padding, more global axes than launch dims, a symbolic launch; tensor-core matmuls (the TC opt and what follows it,
+padded tiles); one case run on a backend's device buffers; and one given host arrays."""
 import numpy as np
 import pytest
 from linearizer import reference
-from linearizer.builders import alu, kernel, ld, matmul, reduce, softmax_exp_sum, st, symbolic_sum
+from linearizer.builders import alu, cast, const, kernel, ld, matmul, red, reduce, softmax_exp_sum, st, symbolic_sum
 from linearizer.compare import compare
+from linearizer.dtypes import bfloat16, float16, float32
 from linearizer.kernel import Opt
 from linearizer.symbolic import Var
 from tunesvc.runtime import compile_kernel
@@ -24,6 +25,34 @@ SCHEDULES = [  # (kernel, opts)
   (kernel(alu("ADD", ld(1, st((5, n + 1, 3, 7)).permute((2, 1, 0, 3))), ld(2, (3, n + 1, 5, 7)))), []),  # a loop
 ]
 IDS = [f"{i}-" + "-".join(f"{o.op}{o.axis}_{o.amt}" for o in s) for i, (_, s) in enumerate(SCHEDULES)]
+
+
+def mm(m, n, k, dt=float16, batch=(), acc=float32, transpose_b=False):
+  """C = A @ B with A's and B's elements cast to `acc`, multiplied and summed there: what a tensor core computes."""
+  return matmul(m, n, k, batch, transpose_b=transpose_b, dtype=dt, acc=acc)
+
+def two_reduce_axes(m=32, n=16, k1=4, k2=32):
+  """A K split over two reduce axes that do not merge: A stored (m, k1, k2), B (k2, k1, n)."""
+  a = st((m, k1, k2)).reshape((m, 1, k1, k2)).expand((m, n, k1, k2))
+  b = st((k2, k1, n)).permute((2, 1, 0)).reshape((1, n, k1, k2)).expand((m, n, k1, k2))
+  return kernel(red("SUM", alu("MUL", cast(ld("a", a, float16), float32), cast(ld("b", b, float16), float32)), (2, 3)))
+
+def relu_to_half(m=32, n=16, k=32):
+  """An epilogue after the reduce: max(C, 0) stored as float16."""
+  r = mm(m, n, k).ast.src[0]
+  return kernel(cast(alu("MAX", r, const(0.0, (m, n, 1))), float16))
+
+TC_SCHEDULES = [
+  (mm(16, 8, 16), []), (mm(16, 8, 16, bfloat16), []), (mm(32, 16, 64), []), (mm(48, 40, 80, bfloat16), []),
+  (mm(32, 16, 32), [Opt("UPCAST", 0, 2)]), (mm(64, 32, 64), [Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)]),
+  (mm(64, 32, 32), [Opt("LOCAL", 0, 2), Opt("LOCAL", 1, 2)]), (mm(64, 48, 32, bfloat16), [Opt("LOCAL", 1, 3), Opt("UPCAST", 0, 2)]),
+  (mm(16, 16, 32, batch=(3,)), [Opt("LOCAL", 0, 3)]), (mm(32, 16, 48, transpose_b=True), []),
+  (two_reduce_axes(), []), (two_reduce_axes(), [Opt("UNROLL", 0, 2), Opt("UPCAST", 1, 2)]),
+  (relu_to_half(), [Opt("UPCAST", 0, 2), Opt("LOCAL", 1, 2)]),
+  # padded to the tile: M, N, K, all three
+  (mm(12, 8, 16), []), (mm(16, 12, 16), []), (mm(16, 8, 24, bfloat16), []), (mm(20, 20, 20), [Opt("UPCAST", 1, 3)]), (relu_to_half(24, 12, 40), []),
+]
+TC_IDS = [f"{i}-" + "-".join(f"{o.op}{o.axis}_{o.amt}" for o in s) for i, (_, s) in enumerate(TC_SCHEDULES)]
 
 
 def run(dev, device: str, k, opts, var_vals=None, seed=0):

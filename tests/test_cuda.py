@@ -9,8 +9,10 @@ from multiprocessing import get_context
 import pytest
 import corner_kernels
 from devices import cuda, nvrtc, registry
-from gpu_schedules import IDS, SCHEDULES, host_arrays_round_trip, run, var_values
+from gpu_schedules import IDS, SCHEDULES, TC_IDS, TC_SCHEDULES, host_arrays_round_trip, mm, relu_to_half, run, var_values
 from linearizer.builders import alu, kernel, ld, matmul, st
+from linearizer.dtypes import bfloat16
+from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt, OptError, allowed_ops
 from linearizer.lower import lower
 
@@ -24,6 +26,12 @@ SAMPLE = 300  # corpus cases, each compiled for sm_80 and sm_90
 
 
 def source(k, opts=(), arch="sm_80") -> str: return cuda.render(lower(Kernel(k, cuda.ARCH_OPTIONS[arch]).apply_opts(opts)))
+
+
+def test_a_log_without_ptxas_report_is_a_cubin_from_the_compute_cache_not_an_error():
+  assert nvrtc._ptxas("") == (None, None, None)
+  report = "ptxas info    : Used 40 registers, used 0 barriers\nptxas .     0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads"
+  assert nvrtc._ptxas(report) == (40, 8, 4)
 
 
 @needs_nvrtc
@@ -43,7 +51,8 @@ def test_tensor_core_matmuls_of_float16_and_bfloat16_compile_to_mma_for_sm80_and
 
 @needs_nvrtc
 @pytest.mark.parametrize("arch", R.ARCHS)
-def test_cubins_come_with_ptxas_registers_and_spills(arch):
+def test_cubins_come_with_ptxas_registers_and_spills(arch, monkeypatch):
+  monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")  # where a driver is, NVRTC may take a cubin built before from its cache, unreported
   c = cuda.compile_for(source(matmul(64, 64, 64), [Opt("LOCAL", 0, 16), Opt("UPCAST", 1, 4), Opt("UNROLL", 0, 4)]), arch)
   assert c.cubin[:4] == b"\x7fELF" and f"'{arch}'" in c.log
   assert 8 <= c.registers <= 255 and c.spill_stores == c.spill_loads == 0, c.log
@@ -131,3 +140,43 @@ def test_a_bounded_fuzz_run_finds_no_failures():
   kernels, _ = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=40, seed=1, max_positions=1_000_000)
   with F.Pool(jobs=2, device="CUDA", timeout=120, max_positions=1_000_000) as pool: cases = list(pool.run(F.undrawn(kernels, 300, 1)))
   assert [f"{c.status} {F.describe(c)}: {c.message[:400]}" for c in cases if c.status != "PASS"] == []
+
+
+@needs_gpu
+@pytest.mark.parametrize("k,opts", TC_SCHEDULES, ids=TC_IDS)
+def test_tensor_core_schedules_match_the_reference_on_the_gpus_mma(k, opts):
+  run(cuda, "CUDA", k, [Opt("TC", 0, 0)] + opts)
+
+@needs_gpu
+@pytest.mark.parametrize("k", [mm(256, 256, 256), mm(64, 32, 64, bfloat16), mm(40, 24, 72), relu_to_half(), mm(32, 24, 16, batch=(2,))])
+def test_hand_coded_schedules_use_the_tensor_cores_and_match_the_reference(k):
+  assert hand_coded_optimizations(Kernel(k, cuda.options()))[0] == Opt("TC", 0, 0)
+  run(cuda, "CUDA", k, None)
+
+
+@needs_gpu
+@pytest.mark.slow
+def test_planted_illegal_address_trap_and_hang_fail_their_candidates_and_the_search_goes_on():
+  """A GPU fault poisons the runner's CUDA context: the candidate fails as a crash, the runner is replaced, and every
+  later candidate is measured on a context that works."""
+  import cuda_fault_backend as faulty
+  from search.actions import actions_for, children
+  from search.result import Status
+  from search.settings import SearchSettings
+  from search.tune import tune
+  k = matmul(64, 64, 64)
+  hand, plain = Kernel(k, cuda.options()), Kernel(k, cuda.options())
+  assert hand_coded_optimizations(hand)[0] not in faulty.FAULTS  # the baseline itself is sound
+  first_round = 2 + sum(1 for seed in (hand, plain) for _ in children(seed, actions_for(plain.options)))
+  s = SearchSettings.from_json(dict(beam=2, budget_s=120, budget_candidates=first_round, early_stop=1e6, verify_all=True, worth_s=0,
+                                    min_time_s=0.005, final_rounds=3))
+  r = tune(k, "CUDA", s, module="cuda_fault_backend")
+  got = {fault: next(c for c in r.candidates if c.opts and Opt.from_json(c.opts[0]) == opt) for opt, fault in faulty.FAULTS.items()}
+  assert got["illegal_address"].status == "crash" and "(700)" in got["illegal_address"].error, got["illegal_address"].error
+  assert got["trap"].status == "crash" and "(71" in got["trap"].error, got["trap"].error  # 710-719: a launch failure of the sticky kind
+  assert got["hang"].status == "timeout" and "killed" in got["hang"].error
+  for c in got.values():
+    after = r.candidates[r.candidates.index(c) + 1:]
+    assert not any(a.status == Status.RUN_ERROR for a in after), [(a.opts, a.error) for a in after]
+  assert sum(c.status == Status.OK for c in r.candidates) > 10 and r.verified and r.best_s > 0
+  assert not r.best_opts or Opt.from_json(r.best_opts[0]) not in faulty.FAULTS

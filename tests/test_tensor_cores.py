@@ -3,9 +3,10 @@ real on OpenCL, whose renderer emulates the tensor core's fragment semantics, ag
 compiles them for sm_80 and sm_90 with NVRTC)."""
 import dataclasses, json, pickle, random
 import pytest
+from gpu_schedules import TC_IDS, TC_SCHEDULES, mm, relu_to_half, two_reduce_axes
 from devices import opencl
 from linearizer import reference
-from linearizer.builders import alu, cast, const, kernel, ld, matmul, red, st
+from linearizer.builders import alu, cast, kernel, ld, matmul, red
 from linearizer.dtypes import bfloat16, float16, float32
 from linearizer.compare import compare
 from linearizer.fuzz import draw_opts
@@ -17,10 +18,6 @@ from search.actions import actions_for, children
 
 GPU = LinearizerOptions("GPU", shared_max=49152, local_max=(1024, 1024, 64), tensor_cores=SM80)
 
-
-def mm(m, n, k, dt=float16, batch=(), acc=float32, transpose_b=False):
-  """C = A @ B with A's and B's elements cast to `acc`, multiplied and summed there: what a tensor core computes."""
-  return matmul(m, n, k, batch, transpose_b=transpose_b, dtype=dt, acc=acc)
 
 
 def test_fragment_maps_are_the_ptx_isas():
@@ -117,29 +114,8 @@ def run(k, opts, seed=0, tcs=SM80):
   assert (msg := compare(k, host, want, {})) is None, msg
 
 
-def two_reduce_axes(m=32, n=16, k1=4, k2=32):
-  """A K split over two reduce axes that do not merge: A stored (m, k1, k2), B (k2, k1, n)."""
-  a = st((m, k1, k2)).reshape((m, 1, k1, k2)).expand((m, n, k1, k2))
-  b = st((k2, k1, n)).permute((2, 1, 0)).reshape((1, n, k1, k2)).expand((m, n, k1, k2))
-  return kernel(red("SUM", alu("MUL", cast(ld("a", a, float16), float32), cast(ld("b", b, float16), float32)), (2, 3)))
-
-def relu_to_half(m=32, n=16, k=32):
-  """An epilogue after the reduce: max(C, 0) stored as float16."""
-  r = mm(m, n, k).ast.src[0]
-  return kernel(cast(alu("MAX", r, const(0.0, (m, n, 1))), float16))
-
-TC_SCHEDULES = [
-  (mm(16, 8, 16), []), (mm(16, 8, 16, bfloat16), []), (mm(32, 16, 64), []), (mm(48, 40, 80, bfloat16), []),
-  (mm(32, 16, 32), [Opt("UPCAST", 0, 2)]), (mm(64, 32, 64), [Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 2), Opt("UNROLL", 0, 2)]),
-  (mm(64, 32, 32), [Opt("LOCAL", 0, 2), Opt("LOCAL", 1, 2)]), (mm(64, 48, 32, bfloat16), [Opt("LOCAL", 1, 3), Opt("UPCAST", 0, 2)]),
-  (mm(16, 16, 32, batch=(3,)), [Opt("LOCAL", 0, 3)]), (mm(32, 16, 48, transpose_b=True), []),
-  (two_reduce_axes(), []), (two_reduce_axes(), [Opt("UNROLL", 0, 2), Opt("UPCAST", 1, 2)]), (relu_to_half(), [Opt("UPCAST", 0, 2), Opt("LOCAL", 1, 2)]),
-  # padded to the tile: M, N, K, all three
-  (mm(12, 8, 16), []), (mm(16, 12, 16), []), (mm(16, 8, 24, bfloat16), []), (mm(20, 20, 20), [Opt("UPCAST", 1, 3)]), (relu_to_half(24, 12, 40), []),
-]
-
 @needs_opencl
-@pytest.mark.parametrize("k,opts", TC_SCHEDULES, ids=[f"{i}-" + "-".join(f"{o.op}{o.axis}_{o.amt}" for o in s) for i, (_, s) in enumerate(TC_SCHEDULES)])
+@pytest.mark.parametrize("k,opts", TC_SCHEDULES, ids=TC_IDS)
 def test_tc_kernels_match_the_reference_on_emulated_tensor_cores(k, opts):
   run(k, [Opt("TC", 0, 0)] + opts)
 
