@@ -19,8 +19,26 @@ from linearizer.render_c import render_c as render  # noqa: F401  (the device in
 #   -fno-math-errno: sqrt & co inline and vectorise, same values.
 # No -ffast-math: it reorders float ops and assumes NaN/inf away. -fno-strict-aliasing: vector loads cast pointers.
 # -fopenmp always: one flag set (so one fingerprint) whether or not a kernel uses threads; gcc's libgomp is here.
+@functools.cache
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+  """(model name, ISA flags) of the first CPU in /proc/cpuinfo ("Features" on ARM); empty where there is none."""
+  try: text = Path("/proc/cpuinfo").read_text()
+  except OSError: return platform.processor(), frozenset()
+  kv: dict[str, str] = {}
+  for line in text.splitlines():
+    k, _, v = line.partition(":")
+    kv.setdefault(k.strip().lower(), v.strip())
+  return kv.get("model name") or kv.get("cpu part", ""), frozenset(kv.get("flags", kv.get("features", "")).split())
+
+def isa_flags(isa: frozenset[str]) -> tuple[str, ...]:
+  """Flags a host's ISA asks for. AVX-512: gcc's Intel tunings (skylake-avx512 on) prefer 256-bit vectors and then leave
+  the renderer's 16-lane helpers (a lane loop of fmaf or sqrtf, linearizer/render_c.py) scalar: a matmul 256's tile
+  became 256 scalar FMAs on the H100 machine's CPU instead of one zmm FMA each. The linearizer picks 16 lanes on
+  purpose (LinearizerOptions.float_vector_widths), so the compiler is told to keep them."""
+  return ("-mprefer-vector-width=512",) if "avx512f" in isa else ()
+
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fwrapv", "-ffp-contract=off",
-                                  "-fno-math-errno", "-fno-strict-aliasing", "-fopenmp")
+                                  "-fno-math-errno", "-fno-strict-aliasing", "-fopenmp") + isa_flags(_cpuinfo()[1])
 ALIGN = 64  # bytes: a cache line and one AVX-512 vector
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
              "amx_tile", "neon", "asimd")
@@ -120,17 +138,6 @@ def alloc(n: int, dtype: npt.DTypeLike) -> np.ndarray:
 def copyin(buf: np.ndarray, host: np.ndarray) -> None: np.copyto(buf, host)
 def copyout(buf: np.ndarray) -> np.ndarray: return buf
 
-
-@functools.cache
-def _cpuinfo() -> tuple[str, frozenset[str]]:
-  """(model name, ISA flags) of the first CPU in /proc/cpuinfo ("Features" on ARM); empty where there is none."""
-  try: text = Path("/proc/cpuinfo").read_text()
-  except OSError: return platform.processor(), frozenset()
-  kv: dict[str, str] = {}
-  for line in text.splitlines():
-    k, _, v = line.partition(":")
-    kv.setdefault(k.strip().lower(), v.strip())
-  return kv.get("model name") or kv.get("cpu part", ""), frozenset(kv.get("flags", kv.get("features", "")).split())
 
 def _threads() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
