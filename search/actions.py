@@ -27,11 +27,27 @@ ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE fo
 MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before compiling
 
 
+def busiest(amt: int, cores: int) -> float:
+  """The share of the work the busiest core does under THREAD amt: a split into more parts than cores runs on the cores,
+  each thread a run of adjacent parts (the lowering's schedule(static))."""
+  return -(-amt // cores) / amt
+
+
+def thread_amounts(cores: int) -> tuple[int, ...]:
+  """The THREAD amounts worth trying on `cores`: from the cores to 4x them, less each amount above the cores that a smaller
+  one kept makes redundant -- it divides the amount (so it is legal wherever the amount is) and its busiest core does no
+  more of the work. On 2 cores THREAD 4, 6 and 8 are THREAD 2 (half the work each) and go; THREAD 3 stays (the one split
+  of an axis of 3 x odd: the busiest core 2/3 of it). On 6 cores THREAD 16 stays (its busiest core 3/16, THREAD 8's 1/4)."""
+  kept: list[int] = []
+  for a in sorted({o.amt for o in ACTIONS if o.op is OptOp.THREAD and o.amt is not None and cores <= o.amt <= 4 * cores}):
+    if not any(a % b == 0 and busiest(b, cores) <= busiest(a, cores) for b in kept): kept.append(a)
+  return tuple(kept) if cores > 1 else ()
+
+
 def actions_for(o: LinearizerOptions) -> tuple[Opt, ...]:
-  """The actions this device can take: ops it has, and THREAD splits between 1x and 4x its threads."""
-  ok = set(allowed_ops(o))
-  def threads_ok(a: Opt) -> bool: return o.threads > 1 and a.amt is not None and o.threads <= a.amt <= 4 * o.threads
-  return tuple(a for a in ACTIONS if a.op in ok and (a.op is not OptOp.THREAD or threads_ok(a)))
+  """The actions this device can take: ops it has, and THREAD splits in thread_amounts(its threads)."""
+  ok, amts = set(allowed_ops(o)), thread_amounts(o.threads)
+  return tuple(a for a in ACTIONS if a.op in ok and (a.op is not OptOp.THREAD or a.amt in amts))
 
 
 def children(k: Kernel, actions: tuple[Opt, ...]) -> Iterator[Kernel]:

@@ -9,7 +9,7 @@ from linearizer.kernel import Kernel, Opt
 from linearizer.compare import compare
 from linearizer.lower import lower
 from linearizer import ACTION_SPACE_VERSION
-from search.actions import ACTIONS, actions_for, children
+from search.actions import ACTIONS, actions_for, busiest, children, thread_amounts
 from search.beam import BeamStrategy
 from search.builder import RenderBug
 from search.cache import ResultCache
@@ -72,10 +72,22 @@ def test_winner_is_verified_at_least_as_fast_as_hand_coded_and_the_result_round_
   assert back.to_json() == r.to_json()
 
 
+@pytest.mark.parametrize("cores, amts", [(1, ()), (2, (2, 3)), (4, (4, 6)), (6, (6, 8, 16)), (16, (16, 24)), (64, (64,))])
+def test_thread_amounts_above_the_cores_are_offered_only_where_no_smaller_one_does_their_work(cores, amts):
+  """Before: every amount from the cores to 4x them (on 2 cores THREAD 2, 3, 4, 6, 8): THREAD 4 on 2 cores runs as THREAD 2
+  does, two threads half the work each, in a schedule of its own for the search to measure."""
+  assert thread_amounts(cores) == amts
+  every = sorted({a.amt for a in ACTIONS if a.op == "THREAD" and cores <= a.amt <= 4 * cores}) if cores > 1 else []
+  for a in every:  # each amount dropped: a smaller one kept divides it and its busiest core does no more; each kept: none does
+    assert (a not in amts) == any(a % b == 0 and busiest(b, cores) <= busiest(a, cores) for b in amts if b < a), a
+  opts = cpu.options().__class__("CPU", has_threads=True, threads=cores)
+  assert sorted(a.amt for a in actions_for(opts) if a.op == "THREAD") == sorted(amt for amt in amts for _ in range(3))  # each on 3 axes
+
 def test_action_space_is_filtered_by_device_options():
   acts = actions_for(cpu.options())
   assert {a.op for a in acts} == {"UPCAST", "UNROLL", "PADTO", "BLOCK", "PACK"} | ({"THREAD"} if cpu.options().threads > 1 else set())
   assert all(cpu.options().threads <= a.amt <= 4 * cpu.options().threads for a in acts if a.op == "THREAD")
+  assert {a.amt for a in acts if a.op == "THREAD"} == set(thread_amounts(cpu.options().threads))
   gpu = cpu.options().__class__("GPU", has_local=True, has_shared=True, shared_max=48 << 10, local_max=(1024, 1024, 64))
   assert {a.op for a in actions_for(gpu)} == {"UPCAST", "UNROLL", "PADTO", "LOCAL", "GROUP", "GROUPTOP", "UPCASTMID", "NOLOCALS"}
   assert len(set(ACTIONS)) == len(ACTIONS)
