@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 from linearizer.cachedir import cache_dir
 from linearizer.ast import KernelAST, loads
-from search.result import SearchResult
+from search.result import SearchResult, Seed, SeedSource
 from search.similar import Tuned, nearest, sizes, structure
 
 
@@ -42,11 +42,11 @@ class ResultCache:
     return [None if r is None else {"kernel_key": r.kernel_key, "fingerprint": r.fingerprint_hash, "action_space_version": r.action_space_version,
                                     "opts": r.best_opts, "best_s": r.best_s, "baseline_s": r.baseline_s} for r in found]
 
-  def winners_elsewhere(self, kernel_key: str, fingerprint_hash: str, action_space_version: int) -> list[list[dict]]:
-    """The winning opts of this kernel on other device fingerprints (same action space): warm starts for a search here."""
-    rows = self.db.execute("SELECT result FROM results WHERE kernel_key=? AND fingerprint<>? AND action_space_version=?",
+  def winners_elsewhere(self, kernel_key: str, fingerprint_hash: str, action_space_version: int) -> list[Seed]:
+    """The winners of this kernel on other device fingerprints (same action space): warm starts for a search here."""
+    rows = self.db.execute("SELECT fingerprint, result FROM results WHERE kernel_key=? AND fingerprint<>? AND action_space_version=?",
                            (kernel_key, fingerprint_hash, action_space_version)).fetchall()
-    return [json.loads(r[0])["best_opts"] for r in rows]
+    return [Seed(json.loads(r)["best_opts"], SeedSource.OTHER_FINGERPRINT, kernel_key, fp) for fp, r in rows]
 
   def alike(self, ast: KernelAST, fingerprint_hash: str, action_space_version: int, n: int = 3) -> list[Tuned]:
     """The n kernels nearest in size to `ast` with its structure (itself left out), tuned on this device fingerprint and

@@ -46,6 +46,32 @@ class Candidate:
   def from_json(d: dict) -> Candidate: return Candidate(**{f.name: d[f.name] for f in fields(Candidate) if f.name in d})
 
 
+class SeedSource(StrEnum):
+  """Where a warm start came from: the same kernel's winner on another device fingerprint, or the winner of a kernel alike
+  (its structure, other sizes: search/similar.py) on this one."""
+  OTHER_FINGERPRINT = auto(); ALIKE = auto()
+
+
+@dataclass
+class Seed:
+  """A warm start: a schedule found elsewhere, whose (its kernel, fingerprint and, from the service, stored result), and
+  what the search made of it: `applied`, its opts re-fitted to this kernel (search/similar.py refit), measured in round
+  0; [] where not even its first opt is legal here (dropped)."""
+  opts: list[dict]
+  source: SeedSource
+  kernel_key: str = ""
+  fingerprint_hash: str = ""
+  result_id: Optional[int] = None
+  applied: list[dict] = field(default_factory=list)
+
+  @property
+  def dropped(self) -> bool: return bool(self.opts) and not self.applied
+  def __post_init__(self): self.source = SeedSource(self.source)  # from JSON, a plain str
+  def to_json(self) -> dict: return {**asdict(self), "source": self.source.value}
+  @staticmethod
+  def from_json(d: dict) -> Seed: return Seed(**{f.name: d[f.name] for f in fields(Seed) if f.name in d})
+
+
 @dataclass
 class SearchResult:
   kernel_key: str
@@ -72,17 +98,21 @@ class SearchResult:
   # between the first and second half of the rounds), retimed (final checks redone: the machine was busy), busy
   # (contended at any point of the search), spread (the winner's max/min time over the rounds). {} from older workers.
   conditions: dict = field(default_factory=dict)
+  seeds: list[Seed] = field(default_factory=list)  # the warm starts it was given, in order ([] from older workers)
 
   @property
   def failed(self) -> int: return sum(c.failed for c in self.candidates)
   @property
+  def seeds_dropped(self) -> int: return sum(w.dropped for w in self.seeds)
+  @property
   def candidates_per_s(self) -> float: return len(self.candidates) / self.search_s if self.search_s > 0 else 0.0
 
   def to_json(self) -> dict:
-    d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "candidates"}
+    d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("candidates", "seeds")}
     return {**d, "speedup_spread": list(self.speedup_spread), "failed": self.failed, "candidates_per_s": self.candidates_per_s,
-            "candidates": [c.to_json() for c in self.candidates]}
+            "seeds": [w.to_json() for w in self.seeds], "seeds_dropped": self.seeds_dropped, "candidates": [c.to_json() for c in self.candidates]}
   @staticmethod
   def from_json(d: dict) -> SearchResult:
-    kw = {f.name: d[f.name] for f in fields(SearchResult) if f.name != "candidates" and f.name in d}  # newer fields have defaults
-    return SearchResult(**{**kw, "speedup_spread": tuple(d["speedup_spread"])}, candidates=[Candidate.from_json(c) for c in d["candidates"]])
+    kw = {f.name: d[f.name] for f in fields(SearchResult) if f.name not in ("candidates", "seeds") and f.name in d}  # newer fields have defaults
+    return SearchResult(**{**kw, "speedup_spread": tuple(d["speedup_spread"])}, candidates=[Candidate.from_json(c) for c in d["candidates"]],
+                        seeds=[Seed.from_json(w) for w in d.get("seeds", [])])

@@ -8,6 +8,7 @@ winner, always a verified candidate, is the one with the best median there.
 """
 from __future__ import annotations
 import contextlib, importlib, os, statistics, threading, time
+from dataclasses import replace
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 from devices import registry
@@ -21,7 +22,7 @@ from search.builder import Build, Builder
 from search.load import OtherLoad, wait_quiet
 from search.model_beam import ModelBeamStrategy, prior_data
 from search.pool import CompilePool
-from search.result import Candidate, SearchResult, Status
+from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.runner import Runner
 from search.settings import OnBusy, SearchSettings, StrategyKind
 from search.similar import Tuned, refit, variants
@@ -40,14 +41,15 @@ class SearchStopped(Exception):
 
 def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
          progress: Optional[Callable[[int, Optional[float]], None]] = None, stop: Optional[threading.Event] = None,
-         warm: Sequence[Sequence[dict]] = (), workshop: Optional[Workshop] = None, runs: int = 1, alike: Sequence[Tuned] = ()) -> SearchResult:
+         warm: Sequence[Seed] = (), workshop: Optional[Workshop] = None, runs: int = 1, alike: Sequence[Tuned] = ()) -> SearchResult:
   """Search the fastest verified schedule of `ast` on `device` within the settings' budget. `module` swaps the backend
   module (tests plant faults with it); progress(candidates measured, best seconds so far) is called after each
   measurement; setting `stop` abandons the search (SearchStopped) within a candidate's timing. `warm`: schedules to
   start from besides the hand-coded one (winners found elsewhere: warm_seeds), re-fitted to these sizes; round 1 tries
-  their variants (search/similar.py). `alike`: kernels alike tuned before on this device: their winners are warm starts
-  too, and what their searches measured trains the cost model that orders the children from round 1 on (with the beam
-  strategy it orders them, the model strategy's measure_top cut stays). `workshop`: where the compile pool and the
+  their variants (search/similar.py); the result's seeds say what each became (dropped where not even its first opt is
+  legal here). `alike`: kernels alike tuned before on this device: their winners are warm starts too, and what their
+  searches measured trains the cost model that orders the children from round 1 on (with the beam strategy it orders
+  them, the model strategy's measure_top cut stays). `workshop`: where the compile pool and the
   runner come from and go back to (default: the process's, search/workshop.py). `runs`: how often the kernel runs per
   inference of its model: with its hand-coded time, what the search is worth (the share of the budget it gets after the
   seeds: StrategySettings.effort)."""
@@ -66,7 +68,10 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     hand_coded_optimizations(hand)
     search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case,
                      [o.to_json() for o in hand.applied_opts], runs)
-    actions, schedules = actions_for(root.options), [*warm, *(t.result.best_opts for t in alike)]
+    actions = actions_for(root.options)
+    given = [*warm, *(Seed(t.result.best_opts, SeedSource.ALIKE, t.ast.key, t.result.fingerprint_hash) for t in alike)]
+    given = [replace(w, applied=[o.to_json() for o in refit(root, w.opts, actions).applied_opts]) for w in given]
+    schedules = [w.opts for w in given]
     seeds, extra = warm_seeds(root, [hand.applied_opts, [], *schedules], actions), [v for w in schedules for v in variants(root, w, actions)]
     prior, model = prior_data(alike, root.options), s.strategy.strategy is StrategyKind.MODEL
     strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, prior, cut=model) if model or prior else \
@@ -83,7 +88,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     action_space_version=ACTION_SPACE_VERSION, settings=s.to_json(), var_vals=vv, flops=ast.flops(vv), bytes=ast.bytes(vv),
     baseline_opts=base.opts, baseline_s=med[id(base)], best_opts=win.opts, best_s=med[id(win)],
     speedup=med[id(base)] / med[id(win)], speedup_spread=(min(ratios), max(ratios)), verified=win.verified,
-    best_source=search.libs[win.source_hash].source, search_s=time.monotonic() - start, candidates=search.candidates, conditions=conditions)
+    best_source=search.libs[win.source_hash].source, search_s=time.monotonic() - start, candidates=search.candidates, conditions=conditions,
+    seeds=given)
 
 
 class _Search:

@@ -782,9 +782,10 @@ def test_a_claimed_search_brings_the_kernels_served_winners_on_other_fingerprint
   assert c["kind"] == "confirm" and c["warm"] == []  # a confirmation searches nothing
   body = {"job_id": c["job_id"], "result": result_json(k, fp2, h2, best_s=1e-5, version=ACTION_SPACE_VERSION)}
   assert api.post(f"/v1/workers/{there}/report", json=body, headers=W(there)).status_code == 200
-  won = body["result"]["best_opts"]
+  won, rid = body["result"]["best_opts"], api.get(f"/v1/jobs/{job['job_id']}", headers=SUB).json()["result"]["result_id"]
   again, = submit(api, [k], device="CPU")
   c = api.post(f"/v1/workers/{here}/claim", json={"action_space_version": ACTION_SPACE_VERSION}, headers=W(here)).json()
-  assert c["job_id"] == again["job_id"] and c["warm"] == [won]  # the winner there is a seed here
+  assert c["job_id"] == again["job_id"]  # the winner there is a seed here, named
+  assert c["warm"] == [{"opts": won, "source": "other_fingerprint", "kernel_key": k.key, "fingerprint_hash": h2, "result_id": rid, "applied": []}]
   assert api.post(f"/v1/workers/{here}/release", json={"job_id": c["job_id"]}, headers=W(here)).status_code == 200
   assert claim(api, there)["warm"] == []  # its own fingerprint's winner is a hit, not a warm start

@@ -14,7 +14,7 @@ from search.beam import BeamStrategy
 from search.builder import RenderBug
 from search.cache import ResultCache
 from search.pool import CompilePool
-from search.result import Candidate, SearchResult, Status
+from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
 from search import tune as search_tune
@@ -257,12 +257,19 @@ def test_warm_starts_are_seeds_measured_in_round_0_and_illegal_ones_are_left_out
   up2 = {"op": "UPCAST", "axis": 0, "amt": 2}
   warm = [[{"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": 4}], [{"op": "UPCAST", "axis": 9, "amt": 4}],
           [up2, {"op": "UNROLL", "axis": 0, "amt": 7}]]  # the last: re-fitted, 8 the amount nearest 7 that divides 256
-  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=8, **FAST)), warm=warm)
+  given = [Seed(w, SeedSource.OTHER_FINGERPRINT, k.key, f"fp{i}", result_id=i) for i, w in enumerate(warm)]
+  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=8, **FAST)), warm=given)
   seeds = [c.opts for c in r.candidates if c.round == 0]
   assert warm[0] in seeds and [] in seeds and [up2, {"op": "UNROLL", "axis": 0, "amt": 8}] in seeds and len(seeds) == 4 and r.verified
+  # where each came from and what it became here: the illegal one dropped, and counted
+  assert [(w.fingerprint_hash, w.result_id, w.opts) for w in r.seeds] == [(f"fp{i}", i, w) for i, w in enumerate(warm)]
+  assert [w.applied for w in r.seeds] == [warm[0], [], [up2, {"op": "UNROLL", "axis": 0, "amt": 8}]] and r.seeds_dropped == 1
+  back = r.to_json()
+  assert back["seeds_dropped"] == 1 and SearchResult.from_json(json.loads(json.dumps(back))).seeds == r.seeds
   cache = ResultCache(tmp_path / "r.sqlite")
   cache.put(r)
-  assert cache.winners_elsewhere(k.key, "another-fingerprint", r.action_space_version) == [r.best_opts]
+  mine = Seed(r.best_opts, SeedSource.OTHER_FINGERPRINT, k.key, r.fingerprint_hash)
+  assert cache.winners_elsewhere(k.key, "another-fingerprint", r.action_space_version) == [mine]
   assert cache.winners_elsewhere(k.key, r.fingerprint_hash, r.action_space_version) == []  # its own is a hit, not a warm start
 
 
@@ -307,10 +314,14 @@ def test_kernels_alike_but_for_their_sizes_seed_each_other_nearest_first_on_the_
 def test_a_jobs_warm_starts_are_schedules_and_junk_in_them_is_dropped_not_fatal():
   root = Kernel(reduce("SUM", (256, 256), (1,)), cpu.options())
   up, unroll = {"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": 4}
-  warm = warm_of({"warm": [[5], [{"op": "BOGUS"}], "junk", [up, {"op": "UNROLL", "axis": 0}, unroll], [up, unroll]]})
-  assert warm == [[5], [{"op": "BOGUS"}], [up, {"op": "UNROLL", "axis": 0}, unroll], [up, unroll]]
+  schedules = [[5], [{"op": "BOGUS"}], [up, {"op": "UNROLL", "axis": 0}, unroll], [up, unroll]]
+  sent = [{"opts": w, "source": "alike", "kernel_key": "k", "fingerprint_hash": "fp", "result_id": i} for i, w in enumerate(schedules)]
+  junk = ["junk", [up], {"opts": "junk", "source": "alike"}, {"opts": [up], "source": "nowhere"}, {"source": "alike"}]
+  warm = warm_of({"warm": sent[:2] + junk + sent[2:]})
+  assert warm == [Seed(w, SeedSource.ALIKE, "k", "fp", i) for i, w in enumerate(schedules)]
   assert warm_of({"warm": "junk"}) == warm_of({}) == []
-  seeds = search_tune.warm_seeds(root, [[], *warm], actions_for(root.options))  # junk: left out; an opt with no amount ends its schedule
+  # junk: left out; an opt with no amount ends its schedule
+  seeds = search_tune.warm_seeds(root, [[], *(w.opts for w in warm)], actions_for(root.options))
   assert [[o.to_json() for o in k.applied_opts] for k in seeds] == [[], [up], [up, unroll]]
 
 

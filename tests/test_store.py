@@ -1,15 +1,21 @@
 """The store on SQLite and on the real PostgreSQL (a fresh schema per test): submit, claims, leases, reports, best."""
-import multiprocessing, os, threading, time, uuid
+import json, multiprocessing, os, threading, time, uuid
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.exc import OperationalError, StatementError
+from devices.cpu import fingerprint_hash
 from linearizer.ast import load
+from linearizer.builders import matmul, reduce
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, search_result
+from search.result import SeedSource
+from search.similar import sizes, structure
 from tunesvc.store import Store, proof, queue, reads
+from tunesvc.store.migrate import alembic_config
 from tunesvc.states import JobKind, JobState, ResultStatus, WorkerState
-from tunesvc.store.models import Base, Best, Job, Measurement, Result, Worker
+from tunesvc.store.models import Base, Best, Job, Kernel, Measurement, Result, Worker
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -463,3 +469,64 @@ def test_an_admin_invalidates_a_result_a_kernel_or_a_worker_and_lookups_fall_bac
   queue.invalidate(store, "wrong on this driver", kernel_key=k.key)
   assert reads.lookup(store, [k.key], h) == {}
   with pytest.raises(queue.NotFound): queue.invalidate(store, "x", result_id=99999)
+
+
+def tuned(st, w, k, **kw):
+  """k searched by worker w (its report confirmed): a served winner."""
+  (job, _), = queue.submit(st, [k], "CPU", {})
+  assert queue.claim(st, w.id, 60)[0].id == job.id
+  res, _ = report(st, w, job.id, **kw)
+  assert reads.job(st, job.id)[1].status == "confirmed"
+  return res
+
+def test_a_claimed_search_is_seeded_by_the_nearest_kernels_alike_served_on_its_fingerprint(store, cpu_worker):
+  """Same structure, other sizes (search/similar.py), found by the indexed structure hash; nearest by sizes first, n of them."""
+  near, mid, far, own = (tuned(store, cpu_worker, matmul(n, n, n)) for n in (64, 128, 32, 80))
+  tuned(store, cpu_worker, reduce("SUM", (80, 80), (1,)))  # another structure
+  fp2 = {**cpu_fingerprint()[0], "cpu": "another"}
+  there = queue.register(store, "there", "CPU", fp2, h2 := fingerprint_hash(fp2), cpu_options())
+  (job, _), = queue.submit(store, [matmul(96, 96, 96)], h2, {})  # alike, but tuned on the other fingerprint only
+  for _ in range(2):  # its search and its confirmation: served there
+    j, _ = queue.claim(store, there.id, 60)
+    queue.report(store, there.id, j.id, search_result(matmul(96, 96, 96), fp2, h2))
+  assert job.kernel_key in reads.lookup(store, [job.kernel_key], h2)
+  (job, _), = queue.submit(store, [k := matmul(80, 80, 80)], "CPU", {"beam": 4})  # tuned with other settings: its own is a hit
+  got, kernel = queue.claim(store, cpu_worker.id, 60)
+  assert got.id == job.id and (kernel.structure, kernel.sizes) == (structure(k), sizes(k))
+  seeds = reads.warm_starts(store, kernel, cpu_worker.id, n=2)
+  assert [(w.source, w.kernel_key, w.result_id, w.opts) for w in seeds] == [(SeedSource.ALIKE, r.kernel_key, r.id, r.best_opts) for r in (near, mid)]
+  assert {w.fingerprint_hash for w in seeds} == {cpu_worker.fingerprint_hash} and own.kernel_key != near.kernel_key
+  assert [w.kernel_key for w in reads.warm_starts(store, kernel, cpu_worker.id, n=9)] == [r.kernel_key for r in (near, mid, far)]
+  assert reads.warm_starts(store, kernel, cpu_worker.id, action_space_version=0) == []  # no result of a version it has
+
+
+@pytest.fixture(params=["sqlite", "pg"])
+def store_url(request, tmp_path):
+  if request.param == "sqlite":
+    yield f"sqlite:///{tmp_path}/old.db"
+    return
+  url, schema = pg_schema_url()
+  yield url
+  with create_engine(PG).begin() as c: c.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+
+def test_the_structure_migration_fills_the_kernels_stored_before_it(store_url):
+  """A store of revision 0006 with kernels: 0007 adds each one's structure and sizes (None for a document that no longer
+  loads), and a kernel stored before it seeds the search of one alike submitted after."""
+  engine, ks = create_engine(store_url), [matmul(64, 64, 64), matmul(48, 48, 48), reduce("SUM", (64, 64), (1,))]
+  with engine.begin() as c:
+    command.upgrade(alembic_config(c), "0006_registrants")
+    rows = [{"key": k.key, "document": json.dumps(k.to_json()), "name": k.name} for k in ks] + \
+      [{"key": "f" * 64, "document": '{"version": 0}', "name": None}]  # no longer loads
+    c.execute(text("INSERT INTO kernels (key, document, name, flops, bytes, created) VALUES (:key, :document, :name, 1, 1, 0)"), rows)
+  engine.dispose()
+  st = Store(store_url)  # migrates
+  try:
+    with st.read() as s: got = {k.key: (k.structure, k.sizes) for k in s.scalars(select(Kernel))}
+    assert got == {**{k.key: (structure(k), sizes(k)) for k in ks}, "f" * 64: (None, None)}
+    assert got[ks[0].key][0] == got[ks[1].key][0] != got[ks[2].key][0]
+    w = cpu(st, "cpu-0")
+    old = tuned(st, w, ks[0])  # the kernel stored before the migration, tuned after it
+    (job, _), = queue.submit(st, [matmul(80, 80, 80)], "CPU", {})
+    _, kernel = queue.claim(st, w.id, 60)
+    assert [(s.kernel_key, s.result_id) for s in reads.warm_starts(st, kernel, w.id)] == [(ks[0].key, old.id)]
+  finally: st.close()

@@ -5,11 +5,13 @@ from types import SimpleNamespace
 import pytest
 from search_results import cpu_fingerprint, search_result
 from linearizer import ACTION_SPACE_VERSION, reference
-from linearizer.builders import reduce
+from linearizer.builders import matmul, reduce
 from linearizer.compare import compare
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from devices import cpu
+from search.actions import actions_for
+from search.similar import refit
 from search.settings import FinalSettings, MeasureSettings, OnBusy, SearchSettings
 from search.tune import DeviceBusy, SearchError
 from tunesvc import runtime
@@ -45,6 +47,30 @@ def test_a_worker_searches_a_job_and_the_runtime_gets_its_opts(server, tmp_path)
     runtime.run_kernel(k, bufs, client=wc)
     assert compare(k, bufs, want, vv) is None
     assert len(user.kernel(k.key)["results"][0]["measurements"]) >= 2
+
+
+def test_a_served_search_is_seeded_by_the_winner_of_the_kernel_alike_tuned_before(server, tmp_path):
+  """Issue 13 item 4 through the service: matmul 64 searched and served; matmul 48 and 80, submitted for the same fingerprint,
+  are each claimed with 64's winner as a warm start named by its kernel, fingerprint and result, and each search measures
+  it, re-fitted to its sizes, in round 0 (the seeds); the stored result says so."""
+  first, rest = matmul(64, 64, 64), [matmul(48, 48, 48), matmul(80, 80, 80)]
+  with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
+    job, = user.submit([first], "CPU", SEARCH)
+    w = Worker(wc, "CPU")
+    assert w.run(max_jobs=2) == 2  # the search and its confirmation: served
+    won = user.job(job["job_id"])["result"]
+    assert won["status"] == "confirmed", won
+    user.submit(rest, "CPU", SEARCH)
+    assert w.run(max_jobs=4) == 4
+    for k in rest:
+      r, = [r for r in user.kernel(k.key)["results"] if r["status"] != "measurement"]  # the search's, not its confirmation's
+      seed = r["seeds"][0]
+      assert (seed["source"], seed["kernel_key"], seed["fingerprint_hash"], seed["result_id"], seed["opts"]) == \
+        ("alike", first.key, w.fingerprint_hash, won["result_id"], won["opts"]), r["seeds"]
+      root = Kernel(k, cpu.options())
+      assert seed["applied"] == [o.to_json() for o in refit(root, won["opts"], actions_for(root.options)).applied_opts] and r["seeds_dropped"] == 0
+      assert seed["applied"] in [m["opts"] for m in r["measurements"] if m["round"] == 0], r["measurements"]
+    assert [s["kernel_key"] for s in r["seeds"]] == [first.key, rest[0].key]  # 80's: 64 the nearest, then 48 (tuned by then)
 
 
 def worker_process(url: str, lease_s: float) -> subprocess.Popen:

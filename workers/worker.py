@@ -9,6 +9,7 @@ from devices import registry
 from linearizer.ast import KernelValidationError, load
 from linearizer import ACTION_SPACE_VERSION
 from search.builder import RenderBug
+from search.result import Seed
 from search.settings import SearchSettings
 from search.tune import DeviceBusy, SearchError, SearchStopped, tune
 from tunesvc.client import Client, ServiceError
@@ -26,11 +27,15 @@ def settings_of(job: dict) -> SearchSettings:
   return SearchSettings.from_json(settings, job=True)
 
 
-def warm_of(job: dict) -> list[list]:
+def warm_of(job: dict) -> list[Seed]:
   """The schedules a job asks the search to start from besides the hand-coded one (winners of the kernel elsewhere, of
-  kernels alike here): lists of opts, each opt checked where it is applied (an illegal one ends its schedule there)."""
-  warm = job.get("warm") or []
-  return [w for w in warm if isinstance(w, list)] if isinstance(warm, list) else []
+  kernels alike here), with whose each is: each opt checked where it is applied (an illegal one ends its schedule there,
+  a schedule whose first opt is illegal is dropped); an entry that is no seed is left out."""
+  warm, out = job.get("warm") or [], []
+  for w in warm if isinstance(warm, list) else []:
+    try: out.append(Seed.from_json(w))
+    except (TypeError, ValueError): continue
+  return [w for w in out if isinstance(w.opts, list)]
 
 
 def runs_of(job: dict) -> int:

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Optional, Self
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from linearizer.kernel import Opt, OptError
-from search.result import STORED, SearchResult, Status
+from search.result import STORED, SearchResult, Seed, Status
 from search.settings import JOB_FIELDS
 from tunesvc.states import JobKind, JobState, ResultStatus, WorkerState
 from tunesvc.store.models import Job, Result
@@ -160,10 +160,16 @@ class ResultOut(ResultSummary):
   confirmed_by: Optional[int] = Field(description="the confirm measurement's result")
   conditions: dict[str, Any] = Field({}, description="how the final check measured: other_load (cores busy elsewhere), drift, retimed, "
                                      "busy, spread (search/result.py); {} for results of older workers")
+  seeds: list[Seed] = Field([], description="the warm starts its claim brought, whose each is, and what the search made of each "
+                                            "(applied: its opts re-fitted to this kernel, measured in round 0; [] where dropped: not even "
+                                            "its first opt legal here); [] for results of older workers")
+  seeds_dropped: int = Field(0, description="how many seeds were dropped")
 
   @classmethod
   def of(cls, r: Result, **extra) -> Self:
-    return super().of(r, best_source=r.result["best_source"], confirmed_by=r.confirmed_by, conditions=r.result.get("conditions", {}), **extra)
+    seeds = [Seed.from_json(w) for w in r.result.get("seeds", [])]
+    return super().of(r, best_source=r.result["best_source"], confirmed_by=r.confirmed_by, conditions=r.result.get("conditions", {}),
+                      seeds=seeds, seeds_dropped=sum(w.dropped for w in seeds), **extra)
 
 class KernelDetail(KernelSummary):
   document: dict[str, Any]
@@ -251,8 +257,9 @@ class ClaimOut(BaseModel):
   attempts: int = Field(description="failed attempts so far")
   lease_expires: float
   runs: int = Field(1, description="how often the kernel runs per inference (the most any model recorded): what its search is worth")
-  warm: list[list[dict[str, Any]]] = Field([], description="a search's: schedules to start from besides the hand-coded one "
-                                           "(this kernel's served winners on other device fingerprints)")
+  warm: list[Seed] = Field([], description="a search's: schedules to start from besides the hand-coded one, with whose each is "
+                            "(this kernel's served winners on other device fingerprints, then those of the nearest kernels alike -- "
+                            "its structure, other sizes -- on the worker's); the result's seeds say what each became")
 
 class HeartbeatRequest(Request):
   job_id: Id
@@ -268,6 +275,7 @@ def _result(r: SearchResult) -> SearchResult:
   for i, c in enumerate(r.candidates):
     if c.status not in STORED: raise ValueError(f"candidates[{i}].status: {c.status[:40]!r} is not one of {', '.join(STORED)}")
   listed = [("best_opts", r.best_opts), ("baseline_opts", r.baseline_opts)] + [(f"candidates[{i}].opts", c.opts) for i, c in enumerate(r.candidates)]
+  listed += [(f"seeds[{i}].{f}", opts) for i, w in enumerate(r.seeds) for f, opts in (("opts", w.opts), ("applied", w.applied))]
   for where, opts in listed:
     try: [Opt.from_json(o) for o in opts]
     except OptError as e: raise ValueError(f"{where}: {e}") from None

@@ -33,7 +33,7 @@ def claim(worker_id: IdPath, body: ClaimRequest, request: Request, key: WorkerKe
   if (got := queue.claim(request.app.state.store, worker_id, body.lease_s, body.action_space_version, key)) is None: return Response(status_code=204)
   j, k = got
   st = request.app.state.store
-  warm = reads.winners_elsewhere(st, j.kernel_key, worker_id, body.action_space_version) if j.kind == JobKind.TUNE else []
+  warm = reads.warm_starts(st, k, worker_id, body.action_space_version) if j.kind == JobKind.TUNE else []
   return ClaimOut(job_id=j.id, kind=j.kind, kernel_key=j.kernel_key, kernel=k.document, device=j.device, settings=j.settings, attempts=j.attempts,
                   lease_expires=j.lease_expires, runs=reads.kernel_runs(st, j.kernel_key), warm=warm)
 

@@ -43,6 +43,7 @@ from sqlalchemy import and_, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST, load
 from search.result import SearchResult
+from search.similar import sizes, structure
 from tunesvc.store import Store, proof
 from tunesvc.states import ENDED, PENDING, JobKind, JobState, ResultStatus, WorkerState
 from tunesvc.store.models import NOT_FAILED, Base, Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
@@ -105,8 +106,8 @@ def submit(st: Store, kernels: list[KernelAST], device: str, settings: dict, pri
       if pending + (new := len(unique) - shared) > max_pending:
         raise TooMany(f"{pending} of your jobs wait already and this would add {new}: at most {max_pending} may wait "
                       "(TUNESVC_MAX_PENDING_JOBS); submit again once some have ended")
-    s.execute(st.insert(Kernel).on_conflict_do_nothing(), [dict(key=k.key, document=k.to_json(), name=k.name, flops=k.flops(),
-                                                                bytes=k.bytes(), created=t) for k in unique.values()])
+    s.execute(st.insert(Kernel).on_conflict_do_nothing(), [dict(key=k.key, document=k.to_json(), name=k.name, flops=k.flops(), bytes=k.bytes(),
+                                                                created=t, structure=structure(k), sizes=sizes(k)) for k in unique.values()])
     # the partial unique index (not failed) decides between concurrent identical submissions
     s.execute(st.insert(Job).on_conflict_do_nothing(index_elements=["kernel_key", "device", "settings_hash"], index_where=text(NOT_FAILED)),
               [dict(kernel_key=key, device=device, settings=settings, settings_hash=sh, state=JobState.QUEUED, error="", priority=priority,

@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 from sqlalchemy import Row, bindparam, case, exists, func, select
+from sqlalchemy.orm import Session
+from search.result import Seed, SeedSource
+from search.similar import nearest
 from tunesvc.states import JobState
 from tunesvc.store import Store
 from tunesvc.store.models import Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
@@ -134,17 +137,37 @@ def kernel_runs(st: Store, key: str) -> int:
   """How often the kernel runs per inference: the most any model recorded for it (1 where none did)."""
   with st.read() as s: return s.scalar(select(func.max(ModelKernel.runs)).where(ModelKernel.kernel_key == key)) or 1
 
-def winners_elsewhere(st: Store, key: str, worker_id: int, action_space_version: Optional[int] = None, n: int = 3) -> list[list]:
-  """The served winners of this kernel on n other device fingerprints than the worker's, of its backend first, then of the
-  newest action-space version (at most the worker's: versions only add opts): its search's warm starts (seeds, each
-  measured, so a few)."""
-  mine = select(Worker.fingerprint_hash).where(Worker.id == worker_id).scalar_subquery()
+def warm_starts(st: Store, kernel: Kernel, worker_id: int, action_space_version: Optional[int] = None, n: int = 3) -> list[Seed]:
+  """A search's warm starts (seeds, each measured in its first round, so a few): the kernel's served winners on up to n
+  other device fingerprints than the worker's, then the served winners on the worker's fingerprint of up to n kernels
+  alike (search/similar.py: its structure, other sizes), nearest first; of an action-space version at most the worker's
+  (versions only add opts), the newest."""
+  with st.read() as s:
+    if (mine := s.scalar(select(Worker.fingerprint_hash).where(Worker.id == worker_id))) is None: return []
+    return _winners_elsewhere(s, kernel.key, mine, action_space_version, n) + _winners_alike(s, kernel, mine, action_space_version, n)
+
+def _winners_elsewhere(s: Session, key: str, mine: str, action_space_version: Optional[int], n: int) -> list[Seed]:
+  """Of the worker's backend first, then of the newest version."""
   backend = select(Fingerprint.backend).where(Fingerprint.hash == mine).scalar_subquery()
-  q = select(Result.best_opts).join(Best, Best.result_id == Result.id).join(Fingerprint, Fingerprint.hash == Best.fingerprint_hash) \
-    .where(Best.kernel_key == key, Best.fingerprint_hash != mine)
+  q = select(Result.id, Best.fingerprint_hash, Result.best_opts).join(Best, Best.result_id == Result.id) \
+    .join(Fingerprint, Fingerprint.hash == Best.fingerprint_hash).where(Best.kernel_key == key, Best.fingerprint_hash != mine)
   if action_space_version is not None: q = q.where(Best.action_space_version <= action_space_version)
   q = q.order_by((Fingerprint.backend == backend).desc(), Best.action_space_version.desc(), Best.fingerprint_hash).limit(n)
-  with st.read() as s: return [list(o) for o in s.scalars(q)]
+  return [Seed(list(opts), SeedSource.OTHER_FINGERPRINT, key, fp, rid) for rid, fp, opts in s.execute(q)]
+
+def _winners_alike(s: Session, kernel: Kernel, mine: str, action_space_version: Optional[int], n: int) -> list[Seed]:
+  """The index on the structure finds the kernels alike; their sizes (only those read) decide the nearest."""
+  if kernel.structure is None or kernel.sizes is None: return []
+  q = select(Best.kernel_key, Kernel.sizes, Best.result_id, Best.action_space_version).join(Kernel, Kernel.key == Best.kernel_key) \
+    .where(Kernel.structure == kernel.structure, Best.kernel_key != kernel.key, Best.fingerprint_hash == mine)
+  if action_space_version is not None: q = q.where(Best.action_space_version <= action_space_version)
+  newest: dict[str, tuple[list[int], int, int]] = {}  # each kernel's newest version's result
+  for key, sz, rid, v in s.execute(q.order_by(Best.kernel_key)):
+    if key not in newest or v > newest[key][2]: newest[key] = (sz, rid, v)
+  near = nearest(kernel.sizes, [(sz, (key, rid)) for key, (sz, rid, _) in newest.items()], n)
+  if not near: return []
+  opts = {rid: o for rid, o in s.execute(select(Result.id, Result.best_opts).where(Result.id.in_([rid for _, rid in near])))}
+  return [Seed(list(opts[rid]), SeedSource.ALIKE, key, mine, rid) for key, rid in near]
 
 def devices(st: Store) -> set[str]:
   """Every device selector some worker has registered: backend names and fingerprint hashes."""
