@@ -498,6 +498,7 @@ def test_a_claimed_search_is_seeded_by_the_nearest_kernels_alike_served_on_its_f
   assert {w.fingerprint_hash for w in seeds} == {cpu_worker.fingerprint_hash} and own.kernel_key != near.kernel_key
   assert [w.kernel_key for w in reads.warm_starts(store, kernel, cpu_worker.id, n=9)] == [r.kernel_key for r in (near, mid, far)]
   assert reads.warm_starts(store, kernel, cpu_worker.id, action_space_version=0) == []  # no result of a version it has
+  assert [w.kernel_key for w in reads.warm_starts(store, kernel, cpu_worker.id, scan=2)] == [mid.kernel_key, far.kernel_key]  # the 2 newest read
 
 
 @pytest.fixture(params=["sqlite", "pg"])
