@@ -54,8 +54,8 @@ class SeedSource(StrEnum):
 
 @dataclass
 class Seed:
-  """A warm start: a schedule found elsewhere, whose (its kernel, fingerprint and, from the service, stored result), and
-  what the search made of it: `applied`, its opts re-fitted to this kernel (search/similar.py refit), measured in round
+  """A warm start: a schedule found elsewhere, whose it was (its kernel, its fingerprint and, from the service, its stored
+  result), and what the search made of it: `applied`, its opts re-fitted to this kernel (search/similar.py refit), measured in round
   0; [] where not even its first opt is legal here (dropped)."""
   opts: list[dict]
   source: SeedSource

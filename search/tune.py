@@ -49,10 +49,10 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   their variants (search/similar.py); the result's seeds say what each became (dropped where not even its first opt is
   legal here). `alike`: kernels alike tuned before on this device: their winners are warm starts too, and what their
   searches measured trains the cost model that orders the children from round 1 on (with the beam strategy it orders
-  them, the model strategy's measure_top cut stays). `workshop`: where the compile pool and the
-  runner come from and go back to (default: the process's, search/workshop.py). `runs`: how often the kernel runs per
-  inference of its model: with its hand-coded time, what the search is worth (the share of the budget it gets after the
-  seeds: StrategySettings.effort)."""
+  them, the model strategy's measure_top cut stays). `workshop`: where the compile pool and the runner come from and go
+  back to (default: the process's, search/workshop.py). `runs`: how often the kernel runs per inference of its model:
+  with its hand-coded time, what the search is worth (the share of the budget it gets after the seeds:
+  StrategySettings.effort)."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)

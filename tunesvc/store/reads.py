@@ -142,7 +142,8 @@ def warm_starts(st: Store, kernel: Kernel, worker_id: int, action_space_version:
   """A search's warm starts (seeds, each measured in its first round, so a few): the kernel's served winners on up to n
   other device fingerprints than the worker's, then the served winners on the worker's fingerprint of up to n kernels
   alike (search/similar.py: its structure, other sizes), nearest first among the `scan` newest (a claim reads their sizes:
-  1000 cost 28 ms on SQLite, 55 ms on PostgreSQL, 2 busy cores); of an action-space version at most the worker's (versions only add opts), the newest."""
+  1000 cost 28 ms on SQLite, 55 ms on PostgreSQL, 2 busy cores); of an action-space version at most the worker's
+  (versions only add opts), the newest."""
   with st.read() as s:
     if (mine := s.scalar(select(Worker.fingerprint_hash).where(Worker.id == worker_id))) is None: return []
     return _winners_elsewhere(s, kernel.key, mine, action_space_version, n) + _winners_alike(s, kernel, mine, action_space_version, n, scan)
