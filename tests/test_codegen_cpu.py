@@ -1,6 +1,7 @@
 """Generated C on the CPU (and OpenCL C) against the reference interpreter: the semantic corner cases C leaves
 undefined must come out exactly as the reference defines them, and schedules must not change results."""
 import math, re, subprocess
+from pathlib import Path
 import numpy as np
 import pytest
 from linearizer import reference
@@ -576,6 +577,36 @@ def test_a_packed_leaf_read_outside_the_reduce_indexes_its_copy_like_itself(corp
   # which has no loop of its own (KeyError in lower); it keeps the leaf's own shape now
   k, opts = corpus_kernel(corpus, "sops_856"), [Opt("PACK", 2), Opt("UNROLL", 0, 3), Opt("PACK", 4), Opt("THREAD", 0, 2)]
   assert np.array_equal(check(k, opts=opts, seed=4), check(k, opts=[o for o in opts if o.op != "PACK"], seed=4))
+
+GCC12_BUG = "docs/compiler-bugs/gcc12-masked-load-permutation"  # .md: what gcc 12.2 does wrong; .c: the reduced C
+
+def test_a_packed_copy_through_a_guarded_load_is_not_miscompiled(corpus):
+  # found by the fuzzer: a 2x2x2 uint32 reduce, its packed copy padded (4x3x2, rows and columns past 2 zero) over a
+  # broadcast axis, so one copy row reads data1[2a], data1[2a+1], data1[2a], data1[2a+1] under one condition. gcc 12.2's
+  # loop vectorizer (-O3, AVX2 or AVX-512) drops the permutation of that group of masked loads: 3 of 4 outputs were
+  # wrong. The C is well-defined (GCC12_BUG); a kernel with a scalar guarded load is compiled without loop if-conversion.
+  k, opts = corpus_kernel(corpus, "sops_8384"), [Opt("PACK", 1), Opt("PADTO", 0, 4), Opt("PADTO", 1, 3)]
+  for seed in range(3): check(k, opts=opts, seed=seed)
+  assert "no-tree-loop-if-convert" in compile_kernel(k, "CPU", opts)[0]
+  # only there: not without a guarded load (the hand-coded matmul's packed copy has none)
+  assert "optimize(" not in compile_kernel(k, "CPU", [Opt("PACK", 1)])[0]
+  big = matmul(512, 512, 512)
+  assert "optimize(" not in compile_kernel(big, "CPU", hand_coded_optimizations(Kernel(big, cpu.options())))[0]
+
+def test_a_padded_reduce_upcast_into_scalar_accumulators_is_not_miscompiled():
+  # the same gcc bug without PACK (found by comparing builds with and without if-conversion): int64 has no vectors here,
+  # so 16 upcast columns are 16 scalar accumulators, each loading `r<7 ? data1[...] : 0`; gcc finds the 16 reductions
+  # last to first and dropped the loads' permutation {15,...,0}: 105 of 112 outputs wrong
+  check(reduce("SUM", (7, 7, 16), (1,), DTYPES["int64"]), opts=[Opt("UPCAST", 1, 16), Opt("PADTO", 2, 8)], seed=2)
+
+def test_the_gcc_workaround_holds_on_the_reduced_reproducer(tmp_path):
+  # the reduced C of the two tests above, with the attribute the renderer adds, under the CPU device's compiler and
+  # flags (without it gcc 12.2 gets both wrong on x86 with AVX2: the file says how to see that)
+  src = Path(__file__).parents[1] / f"{GCC12_BUG}.c"
+  exe = tmp_path / "repro"
+  flags = [f for f in cpu.DEFAULT_FLAGS if f not in ("-shared", "-fPIC")]
+  subprocess.run([cpu._cc(), *flags, "-DWORKAROUND", str(src), "-o", str(exe)], check=True)
+  assert subprocess.run([str(exe)]).returncode == 0
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_zero_and_negative_zero_constants_stay_apart(device):
