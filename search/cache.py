@@ -12,7 +12,8 @@ from typing import Optional, Sequence
 from linearizer.cachedir import cache_dir
 from linearizer.ast import KernelAST, loads
 from search.result import SearchResult, Seed, SeedSource
-from search.similar import Tuned, nearest, sizes, structure
+from linearizer.alike import nearest, sizes, structure
+from search.similar import Tuned
 
 
 def default_path() -> Path: return cache_dir("results.sqlite")

@@ -1,7 +1,7 @@
 """The package boundaries of ../shared/design/ARCHITECTURE.md, checked on every import statement (function-level ones
 too): what each package may import of ours outside itself. The API and the store take search.result, the result's
-schema, search.settings (dataclasses, no device) and search.similar (a kernel's structure and sizes, by which the store
-finds kernels alike: functions of an AST, no device), besides linearizer; the runtime library (runtime, client and its
+schema, and search.settings (dataclasses, no device), besides linearizer (whose alike.py gives the kernel's structure and
+sizes by which the store finds kernels alike); the runtime library (runtime, client and its
 cache) runs kernels, so it takes devices, and nothing of search (ACTION_SPACE_VERSION lives in linearizer); the CLI and
 `serve` wire everything."""
 import ast
@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("linearizer", "devices", "search", "workers", "tunesvc")
-RESULT_SCHEMA = ("linearizer", "search.result", "search.settings", "search.similar")  # plain dataclasses and functions of an AST, no device
+RESULT_SCHEMA = ("linearizer", "search.result", "search.settings")  # plain dataclasses, no device
 ALLOWED = [  # (module prefix, the modules of ours outside it that it may import), the first match applies
   ("linearizer", ()),
   ("devices", ("linearizer",)),

@@ -21,7 +21,7 @@ from search import tune as search_tune
 from search.runner import Measurement
 from search.tune import DeviceBusy, SearchStopped, tune
 from search.workshop import Workshop
-from search.similar import sizes, structure
+from linearizer.alike import sizes, structure
 from workers.worker import settings_of, warm_of
 import fault_backend
 

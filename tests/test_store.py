@@ -11,7 +11,7 @@ from linearizer.ast import load
 from linearizer.builders import matmul, reduce
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, search_result
 from search.result import SeedSource
-from search.similar import sizes, structure
+from linearizer.alike import sizes, structure
 from tunesvc.store import Store, proof, queue, reads
 from tunesvc.store.migrate import alembic_config
 from tunesvc.states import JobKind, JobState, ResultStatus, WorkerState

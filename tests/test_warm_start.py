@@ -13,7 +13,8 @@ from search.features import AT, features
 from search.model_beam import MIN_TRAIN, ModelBeamStrategy, prior_data
 from search.result import Candidate, SearchResult, Status
 from search.settings import SearchSettings, StrategySettings
-from search.similar import Tuned, refit, sizes, structure, variants
+from linearizer.alike import sizes, structure
+from search.similar import Tuned, refit, variants
 from search.strategy import drive
 from search.tune import tune, warm_seeds
 

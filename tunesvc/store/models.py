@@ -42,7 +42,7 @@ class Kernel(Base):
   flops: Mapped[int]
   bytes: Mapped[int]
   created: Mapped[float]
-  # search/similar.py's structure hash and full shape: the kernels alike (same op tree and views, other sizes) whose winners
+  # linearizer/alike.py's structure hash and full shape: the kernels alike (same op tree and views, other sizes) whose winners
   # seed a search of this one, nearest by sizes; None where the document no longer loads (a kernel alike of none)
   structure: Mapped[Optional[str]] = mapped_column(Hash, index=True)
   sizes: Mapped[Optional[list[Any]]]

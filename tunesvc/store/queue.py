@@ -43,7 +43,7 @@ from sqlalchemy import and_, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 from linearizer.ast import KernelAST, load
 from search.result import SearchResult
-from search.similar import sizes, structure
+from linearizer.alike import sizes, structure
 from tunesvc.store import Store, proof
 from tunesvc.states import ENDED, PENDING, JobKind, JobState, ResultStatus, WorkerState
 from tunesvc.store.models import NOT_FAILED, Base, Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 from sqlalchemy import Row, bindparam, case, exists, func, select
 from sqlalchemy.orm import Session
 from search.result import Seed, SeedSource
-from search.similar import nearest
+from linearizer.alike import nearest
 from tunesvc.states import JobState
 from tunesvc.store import Store
 from tunesvc.store.models import Best, Fingerprint, Job, Kernel, Measurement, ModelKernel, Result, Worker
@@ -141,7 +141,7 @@ def warm_starts(st: Store, kernel: Kernel, worker_id: int, action_space_version:
                 scan: int = 1000) -> list[Seed]:
   """A search's warm starts (seeds, each measured in its first round, so a few): the kernel's served winners on up to n
   other device fingerprints than the worker's, then the served winners on the worker's fingerprint of up to n kernels
-  alike (search/similar.py: its structure, other sizes), nearest first among the `scan` newest (a claim reads their sizes:
+  alike (linearizer/alike.py: its structure, other sizes), nearest first among the `scan` newest (a claim reads their sizes:
   1000 cost 28 ms on SQLite, 55 ms on PostgreSQL, 2 busy cores); of an action-space version at most the worker's
   (versions only add opts), the newest."""
   with st.read() as s:

@@ -1,4 +1,4 @@
-"""Each kernel's structure (search/similar.py: the hash of its op tree and views with the sizes taken out) and its full shape,
+"""Each kernel's structure (linearizer/alike.py: the hash of its op tree and views with the sizes taken out) and its full shape,
 so that a claimed search finds the kernels alike -- same structure, other sizes -- tuned on its worker's fingerprint (an
 index on the hash) and seeds from the nearest ones' winners. Filled here for the kernels stored before, a page at a time; a
 document that no longer loads keeps None (a kernel alike of none). A change to what structure() hashes needs a migration
@@ -9,7 +9,7 @@ Revision ID: 0007_kernel_structure
 import sqlalchemy as sa
 from alembic import op
 from linearizer.ast import KernelValidationError, load
-from search.similar import sizes, structure
+from linearizer.alike import sizes, structure
 
 revision, down_revision = "0007_kernel_structure", "0006_registrants"
 PAGE = 500  # documents read at a time: a large store's are not all held at once
