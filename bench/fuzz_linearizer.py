@@ -47,6 +47,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--asan", action="store_true", help="compile with AddressSanitizer, run with its runtime preloaded")
   p.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
   p.add_argument("--max-positions", type=int, default=20_000_000, help="skip bigger kernels (default 20,000,000)")
+  p.add_argument("--min-positions", type=int, default=0, help="skip smaller kernels (a run of only the big ones)")
   p.add_argument("--out", default="fuzz_failures", help="directory for replay files (default fuzz_failures/)")
   p.add_argument("--replay", metavar="FILE", help="run one replay file again; exit 0 if it passes now")
   p.add_argument("--print-source", action="store_true", help="with --replay: print the generated source")
@@ -54,10 +55,10 @@ def main(argv: Optional[list[str]] = None) -> int:
   args = p.parse_args(argv)
   if args.replay: return replay(args.replay, args.print_source, args.timeout)
   t0 = time.perf_counter()
-  kernels, skipped = kernel_pool(args.corpus or [str(CORPUS), str(EXAMPLES)], args.builders, args.seed, args.max_positions)
+  kernels, skipped = kernel_pool(args.corpus or [str(CORPUS), str(EXAMPLES)], args.builders, args.seed, args.max_positions, args.min_positions)
   if not kernels: raise SystemExit("no kernels to fuzz")
   if args.per_kernel: args.cases = args.per_kernel * len(kernels)
-  print(f"{len(kernels)} kernels, {skipped} skipped (more than {args.max_positions:,} positions); {args.cases} cases, seed {args.seed}, "
+  print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); {args.cases} cases, seed {args.seed}, "
         f"{args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
   with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions) as pool:

@@ -187,9 +187,10 @@ class Pool:
 
 # ---------------------------------------------------------------- kernels, the table, the command line
 
-def kernel_pool(paths: Iterable[str], builders: int, seed: int, max_positions: int) -> tuple[list[tuple[str, dict]], int]:
+def kernel_pool(paths: Iterable[str], builders: int, seed: int, max_positions: int, min_positions: int = 0) -> tuple[list[tuple[str, dict]], int]:
   """(label, document) of every kernel to fuzz -- each file or directory of .json files, then `builders` random builder
-  kernels -- and how many were skipped as too big. A label starts with its source: corpus, examples, builders, a file."""
+  kernels -- and how many were skipped as too big (or too small: below `min_positions`, which another run covered).
+  A label starts with its source: corpus, examples, builders, a file."""
   docs = []
   for p in paths:
     for f in sorted(Path(p).glob("*.json")) if Path(p).is_dir() else [Path(p)]:
@@ -197,7 +198,7 @@ def kernel_pool(paths: Iterable[str], builders: int, seed: int, max_positions: i
       docs += [(f"{src}:{(k := loads(text)).name or label}", k) for label, text in read_documents(str(f))]
   rng = random.Random(seed)
   docs += [(f"builders:{i}:{(k := builder_kernel(rng)).name}", k) for i in range(builders)]
-  keep = [(label, k.to_json()) for label, k in docs if positions(k, {v.name: v.min for v in k.vars}) <= max_positions]
+  keep = [(label, k.to_json()) for label, k in docs if min_positions <= positions(k, {v.name: v.min for v in k.vars}) <= max_positions]
   return keep, len(docs) - len(keep)
 
 def undrawn(kernels: list[tuple[str, dict]], cases: int, seed: int, per_kernel: int = 0) -> Iterator[Case]:
