@@ -23,7 +23,8 @@ demo: $(STAMP)
 	$(VENV)/bin/tunesvc demo $(DEMO_ARGS)
 
 # The suite, as CI runs it: every test but the timing-dependent and the exhaustive ones spread over the cores
-# (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on.
+# (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on. What it compiles
+# (C libraries, PoCL's and tinygrad's kernels: by content) is kept in build/test-cache for the next run (tests/conftest.py).
 test: $(STAMP) deps
 	$(PYTEST) $(XDIST) -m "not timing and not exhaustive" $(PYTEST_ARGS)
 	$(PYTEST) -m timing $(PYTEST_ARGS)

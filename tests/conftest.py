@@ -37,12 +37,26 @@ def corpus(corpus_lines):
   return [loads(line) for line in corpus_lines]
 
 
+# What the suite compiles is a function of the source, the compiler and its flags alone, and most of a cold run's CPU: kept in
+# this checkout's build/ (git ignores it), shared by the pytest-xdist workers, every process they start and the checkout's
+# next runs, whatever the user's cache dir holds: tunesvc's C compiles (devices/cpu.py names each .so by the hash of all
+# that), PoCL's kernel binaries (POCL_CACHE_DIR; it hashes the source, options and device) and tinygrad's compiled kernels
+# (CACHEDB, by source). Not results: each process's own (own_cache_dir). A fresh clone's run is cold; `rm -rf build/test-cache` makes one.
+BUILD_CACHE = Path(__file__).resolve().parents[1] / "build" / "test-cache"
+for sub in ("compile", "pocl"): (BUILD_CACHE / sub).mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("POCL_CACHE_DIR", str(BUILD_CACHE / "pocl"))  # read when PoCL loads: before any test imports it
+os.environ.setdefault("CACHEDB", str(BUILD_CACHE / "tinygrad.db"))  # read when tinygrad is imported
+
+
 @pytest.fixture(scope="session", autouse=True)
 def own_cache_dir(tmp_path_factory):
-  """Every test process (each pytest-xdist worker has its own base temp dir) keeps compiles, search results and the runtime's
-  answers in a cache dir of its own, set before any test runs and inherited by the processes tests start: never the user's,
-  so no test reads a result another run left."""
-  os.environ["TUNESVC_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "cache")
+  """Every test process (each pytest-xdist worker has its own base temp dir) keeps search results and the runtime's answers
+  in a cache dir of its own, set before any test runs and inherited by the processes tests start: never the user's, so no
+  test reads a result another run left. Its compile/ is the checkout's (BUILD_CACHE): a compile is the same wherever made."""
+  cache = tmp_path_factory.getbasetemp() / "cache"
+  cache.mkdir()
+  (cache / "compile").symlink_to(BUILD_CACHE / "compile", target_is_directory=True)
+  os.environ["TUNESVC_CACHE_DIR"] = str(cache)
 
 
 # timings on a busy machine are re-taken and, still contended, refused (search/settings.py OnBusy): the tests that are

@@ -1,9 +1,13 @@
 """One cache-directory policy (linearizer/cachedir.py): TUNESVC_CACHE_DIR, else the user's cache dir, holds every local store."""
+import os, subprocess, sys
 from pathlib import Path
 import platformdirs
+import pytest
 from devices import cpu
 from search.cache import ResultCache
 from tunesvc.cache import OptsCache
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_local_store_lies_under_tunesvc_cache_dir(tmp_path, monkeypatch):
@@ -40,3 +44,23 @@ def test_every_result_store_answers_a_lookup_in_the_services_form(tmp_path, serv
     for store in stores:
       assert store.lookup(h, [k.key, "0" * 64], action_space_version=1) == [want, None], store
       assert store.lookup(h, [k.key], action_space_version=2) == [None], store
+
+
+@pytest.mark.slow
+def test_the_suite_writes_nothing_under_the_users_home(tmp_path):
+  """A slice of the suite touching every cache -- tunesvc's stores, PoCL's kernels, tinygrad's compiles, processes that tests
+  start -- run from an environment with none of the cache variables set and an empty HOME: it leaves HOME empty (before,
+  PoCL's and tinygrad's caches went under ~/.cache; tunesvc's follow TUNESVC_CACHE_DIR, which the conftest sets)."""
+  home = tmp_path / "home"
+  home.mkdir()
+  env = {k: v for k, v in os.environ.items() if not k.startswith(("TUNESVC_", "XDG_", "PYTEST_")) and k not in ("POCL_CACHE_DIR", "CACHEDB")}
+  tests = ["tests/test_cache_dir.py::test_every_local_store_lies_under_tunesvc_cache_dir",
+           "tests/test_opencl.py::test_gpu_schedules_match_the_reference[0-LOCAL0_4-GROUP0_4]",
+           "tests/test_tinygrad_integration.py::test_results_match_plain_tinygrad[CPU-matmul_relu_sum]",
+           "tests/test_tinygrad_integration.py::test_results_match_plain_tinygrad[OPENCL-matmul_relu_sum]",
+           "tests/test_tinygrad_integration.py::test_an_unmodified_script_runs_on_tunesvc",  # tinygrad and tunesvc in a process of its own
+           "tests/test_cli.py::test_run_on_the_cpu_defaults_to_the_hand_coded_opts"]  # the CLI's compile, in a process of its own
+  r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rs", *tests], cwd=ROOT,
+                     env={**env, "HOME": str(home)}, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+  assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
