@@ -49,8 +49,9 @@ def test_every_result_store_answers_a_lookup_in_the_services_form(tmp_path, serv
 @pytest.mark.slow
 def test_the_suite_writes_nothing_under_the_users_home(tmp_path):
   """A slice of the suite touching every cache -- tunesvc's stores, PoCL's kernels, tinygrad's compiles, processes that tests
-  start -- run from an environment with none of the cache variables set and an empty HOME: it leaves HOME empty (before,
-  PoCL's and tinygrad's caches went under ~/.cache; tunesvc's follow TUNESVC_CACHE_DIR, which the conftest sets)."""
+  start, a browser -- run from an environment with none of the cache variables set and an empty HOME: it leaves HOME empty
+  (before, PoCL's and tinygrad's caches and chromium's dconf went under ~/.cache; tunesvc's follow TUNESVC_CACHE_DIR, which
+  the conftest sets)."""
   home = tmp_path / "home"
   home.mkdir()
   env = {k: v for k, v in os.environ.items() if not k.startswith(("TUNESVC_", "XDG_", "PYTEST_")) and k not in ("POCL_CACHE_DIR", "CACHEDB")}
@@ -59,7 +60,8 @@ def test_the_suite_writes_nothing_under_the_users_home(tmp_path):
            "tests/test_tinygrad_integration.py::test_results_match_plain_tinygrad[CPU-matmul_relu_sum]",
            "tests/test_tinygrad_integration.py::test_results_match_plain_tinygrad[OPENCL-matmul_relu_sum]",
            "tests/test_tinygrad_integration.py::test_an_unmodified_script_runs_on_tunesvc",  # tinygrad and tunesvc in a process of its own
-           "tests/test_cli.py::test_run_on_the_cpu_defaults_to_the_hand_coded_opts"]  # the CLI's compile, in a process of its own
+           "tests/test_cli.py::test_run_on_the_cpu_defaults_to_the_hand_coded_opts",  # the CLI's compile, in a process of its own
+           "tests/test_dashboard.py::test_the_api_docs_render_in_headless_chromium_with_no_network"]  # chromium's dconf and crash reports
   r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rs", *tests], cwd=ROOT,
                      env={**env, "HOME": str(home)}, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

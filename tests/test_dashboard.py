@@ -1,6 +1,6 @@
 """The dashboard: the JSON endpoints its workers and queue pages read (in-process), and the pages themselves in headless
 Debian Chromium driven by Playwright against a real server holding realistic results."""
-import re
+import os, re
 from pathlib import Path
 import httpx
 import pytest
@@ -8,6 +8,12 @@ from search_results import examples
 from test_api import SUB, WRK, W, api, claim, confirm, register, report, submit  # noqa: F401 (api is a fixture)
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package, which `make test` installs; Playwright's own browser downloads are never used
+
+
+def chromium(p, home: Path):
+  """Headless chromium whose home is `home`: its dconf cache and crash-report folder go there, not under the user's HOME."""
+  env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config")}
+  return p.chromium.launch(executable_path=CHROMIUM, headless=True, env=env)
 
 
 def test_workers_are_listed_newest_first_with_the_job_each_searches(api):
@@ -114,7 +120,7 @@ def test_the_dashboard_in_headless_chromium(server, tmp_path):
     claim(http, wid)  # the third one is being searched
   errors = []
   with sync_playwright() as p:
-    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+    browser = chromium(p, tmp_path)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
@@ -166,11 +172,11 @@ def test_the_api_docs_page_loads_nothing_from_another_origin(api):
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: `make test` installs Debian's chromium (as root)")
 @pytest.mark.slow
-def test_the_api_docs_render_in_headless_chromium_with_no_network(server):
+def test_the_api_docs_render_in_headless_chromium_with_no_network(server, tmp_path):
   from playwright.sync_api import expect, sync_playwright
   elsewhere, errors = [], []
   with sync_playwright() as p:
-    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+    browser = chromium(p, tmp_path)
     page = browser.new_page()
     page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(server) else (elsewhere.append(route.request.url), route.abort()))
     page.on("pageerror", lambda e: errors.append(str(e)))
