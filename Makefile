@@ -38,10 +38,10 @@ test-exhaustive: $(STAMP) $(TG_STAMP)
 test-quick: $(STAMP)
 	$(PYTEST) $(XDIST) -m "not slow and not timing and not exhaustive" $(PYTEST_ARGS)
 
-# ruff and mypy, configured in pyproject.toml ([tool.ruff], [tool.mypy]: which packages, and the modules not yet type-clean);
-# CI runs it before the suite, and fails on a finding.
+# ruff over the whole checkout (the tests and benchmarks too) and mypy over the packages, configured in pyproject.toml
+# ([tool.ruff], [tool.mypy]: which packages, and the modules not yet type-clean); CI runs it before the suite, and fails on a finding.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check linearizer devices search workers tunesvc
+	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
 
 # What the tests drive besides Python, installed where missing when we may (root with apt, as on CI), in one apt

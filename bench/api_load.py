@@ -56,7 +56,8 @@ def serve(db: str, api_processes: int) -> tuple[subprocess.Popen, int]:
   # its access log goes to /dev/null: a pipe nobody reads would fill and stall the server
   p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--workers", "0", "--db", db,
                         "--api-processes", str(api_processes)], cwd=ROOT,
-                       stdout=subprocess.DEVNULL, env={**os.environ, "TUNESVC_TOKENS": "", "TUNESVC_TOKENS_FILE": "", "TUNESVC_OPEN_RATE_PER_S": "0"})  # one client: unthrottled
+                       stdout=subprocess.DEVNULL,
+                       env={**os.environ, "TUNESVC_TOKENS": "", "TUNESVC_TOKENS_FILE": "", "TUNESVC_OPEN_RATE_PER_S": "0"})  # one client: unthrottled
   url = f"http://127.0.0.1:{port}"
   for _ in range(300):
     try:
@@ -155,13 +156,15 @@ def main() -> int:
       server.terminate()
       server.wait(30)
   n, secs = sum(len(v) for v in out.values()), a.seconds
-  print(f"\n`bench/api_load.py --seconds {a.seconds:g} --clients {a.clients}{f' --rate {a.rate:g}' if a.rate else ''} --api-processes {a.api_processes} --kernels {a.kernels} --batch {a.batch}` on "
+  print(f"\n`bench/api_load.py --seconds {a.seconds:g} --clients {a.clients}{f' --rate {a.rate:g}' if a.rate else ''} "
+        f"--api-processes {a.api_processes} --kernels {a.kernels} --batch {a.batch}` on "
         f"{platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average before {load_before:.2f}\n")
   print("| request | count | throughput | p50 | p99 | max |")
   print("|---|---:|---:|---:|---:|---:|")
   for kind, xs in sorted(out.items()) + [("all", [x for v in out.values() for x in v])]:
     print(f"| {kind} | {len(xs)} | {len(xs) / secs:.0f}/s | {pct(xs, 50) * 1e3:.2f} ms | {pct(xs, 99) * 1e3:.2f} ms | {max(xs) * 1e3:.1f} ms |")
-  print(f"| `Client.opts_for`, local cache hit | {len(hits)} | | {statistics.median(hits) * 1e6:.1f} µs | {pct(hits, 99) * 1e6:.1f} µs | {max(hits) * 1e6:.0f} µs |")
+  print(f"| `Client.opts_for`, local cache hit | {len(hits)} | | {statistics.median(hits) * 1e6:.1f} µs | {pct(hits, 99) * 1e6:.1f} µs "
+        f"| {max(hits) * 1e6:.0f} µs |")
   print(f"\n{n / secs:.0f} requests/s; errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
   return 1 if errors else 0
 

@@ -32,7 +32,7 @@ pre.add_argument("--threads", type=int, default=2)
 THREADS = pre.parse_known_args()[0].threads
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"): os.environ[var] = str(THREADS)  # before numpy loads OpenBLAS
 import ctypes, datetime, gzip, json, math, random, shlex, subprocess, tempfile, time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 import numpy as np
@@ -222,7 +222,7 @@ def tuned_opts(k: KernelAST, args, cache: ResultCache, fp_hash: str) -> tuple[Op
   if r is None: return None, "n/a (not in the result cache; --no-tune)"
   return r.best_opts, ""
 
-def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache: ResultCache, fp_hash: str) -> dict:
+def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache: ResultCache, fp_hash: str) -> dict:  # noqa: C901 (each contender's run in turn, one report)
   res: dict = {"name": c.name, "group": c.group, "metric": c.metric, "flops": c.flops(), "bytes": c.bytes(), "notes": {},
                "mismatch": [], "opts": {}}
   rng = np.random.default_rng(args.seed)

@@ -41,10 +41,12 @@ def report(results: list[dict], archs: tuple[str, ...], wall: float, jobs: int) 
     lines.append(f"| {a} | {len(got)} | {errs} | {_dist([g['s'] for g in got], '{:.3f}')} | {_dist([g['registers'] for g in ptxas], '{:.0f}')} | "
                  f"{sum(g['spill_stores'] + g['spill_loads'] > 0 for g in ptxas)} |")
   for a in archs:
-    worst = sorted((r for r in ok if "registers" in r["archs"].get(a, {})), key=lambda r: (-(r["archs"][a]["spill_stores"] + r["archs"][a]["spill_loads"]),
-                                                                                       -r["archs"][a]["registers"]))[:10]
-    lines += ["", f"Worst cases on {a} (spill bytes, then registers):", "", "| kernel | opts | registers | spill stores | spill loads | compile s |", "|---|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['label']} | {r['opts']} | {x['registers']} | {x['spill_stores']} | {x['spill_loads']} | {x['s']:.2f} |" for r in worst for x in [r["archs"][a]]]
+    worst = sorted((r for r in ok if "registers" in r["archs"].get(a, {})),
+                   key=lambda r: (-(r["archs"][a]["spill_stores"] + r["archs"][a]["spill_loads"]), -r["archs"][a]["registers"]))[:10]
+    lines += ["", f"Worst cases on {a} (spill bytes, then registers):", "",
+              "| kernel | opts | registers | spill stores | spill loads | compile s |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['label']} | {r['opts']} | {x['registers']} | {x['spill_stores']} | {x['spill_loads']} | {x['s']:.2f} |"
+              for r in worst for x in [r["archs"][a]]]
   if bad := failures(results): lines += ["", f"{len(bad)} failures:", ""] + [f"- {b.splitlines()[0][:300]}" for b in bad]
   return "\n".join(lines) + "\n"
 

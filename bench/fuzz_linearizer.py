@@ -58,8 +58,8 @@ def main(argv: Optional[list[str]] = None) -> int:
   kernels, skipped = kernel_pool(args.corpus or [str(CORPUS), str(EXAMPLES)], args.builders, args.seed, args.max_positions, args.min_positions)
   if not kernels: raise SystemExit("no kernels to fuzz")
   if args.per_kernel: args.cases = args.per_kernel * len(kernels)
-  print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); {args.cases} cases, seed {args.seed}, "
-        f"{args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
+  print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); "
+        f"{args.cases} cases, seed {args.seed}, {args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
   with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions) as pool:
     counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress)

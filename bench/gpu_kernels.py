@@ -127,7 +127,7 @@ def corpus_report(rows: list[dict]) -> str:
 
 def report(results: list[dict], device: str, fp: dict, cmd: str) -> str:
   fl = lambda r, who: f"{med(r['times'][who]) * 1e3:.3f} ms ({r['flops'] / med(r['times'][who]) * 1e-12:.3g} TFLOP/s)"
-  lines = [f"Command: `{cmd}` ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+  lines = [f"Command: `{cmd}` ({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC)", "",
            f"Device {device}: `{json.dumps(fp)}`", "",
            "| kernel | hand-coded | searched | baseline | hand / baseline | searched / baseline | search | error used (hand; searched) "
            "| opts (hand; searched) |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]

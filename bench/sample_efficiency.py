@@ -70,7 +70,8 @@ def main() -> None:
     runs: dict[str, SearchResult] = {}
     for who in (("beam", "model") if i % 2 == 0 else ("model", "beam")):
       t = time.monotonic()
-      runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **({"strategy": "model", "measure_top": a.measure_top} if who == "model" else {}))))
+      model = {"strategy": "model", "measure_top": a.measure_top} if who == "model" else {}
+      runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **model)))
       print(f"{ast.name} {who}: {len(runs[who].candidates)} candidates, {time.monotonic() - t:.1f} s", file=sys.stderr)
     best = min(c.min_s for r in runs.values() for c in r.candidates if c.status is Status.OK and c.verified)
     rows.append({"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best,

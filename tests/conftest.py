@@ -1,14 +1,12 @@
-import os
+import gzip, os
+from pathlib import Path
+import pytest
 from hypothesis import settings
 
 # CI runs every property test harder; locally the dev profile keeps `pytest` fast.
 settings.register_profile("ci", max_examples=500, deadline=None)
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
-
-import gzip
-from pathlib import Path
-import pytest
 
 # the corpus is part of the checkout (examples/corpus/README.md): a fresh clone runs every test; required, never skipped
 CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"

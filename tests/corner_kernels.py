@@ -21,7 +21,9 @@ def alu_kernel(dt):
            alu("WHERE", alu("CMPEQ", a, b), a, b)]
   return kernel(_sum(terms + ([alu(op, a) for op in ("EXP2", "LOG2", "SIN", "SQRT", "RECIP")] if dt.is_float else [alu("XOR", a, b)])))
 
-def cast_kernel(src, to=tuple(DTYPES.values()), acc=float64):
+ALL_DTYPES = tuple(DTYPES.values())
+
+def cast_kernel(src, to=ALL_DTYPES, acc=float64):
   """src cast to every other dtype of `to`, and bitcast to each of its size, each then to `acc`, summed."""
   a = ld(1, (N,), src)
   others = [d for d in to if d != src]

@@ -25,7 +25,8 @@ def cases(seed: int, per_kernel: int, sample: Optional[int] = None) -> list[Case
 
 def tc_cases() -> list[Case]:
   """Tensor-core matmuls, their schedules given: TC alone, with 2x2 tiles a warp and 2 warps, unrolled over K, and padded."""
-  shapes = [((64, 32, 64), {}, [Opt("TC", 0, 0)]), ((128, 64, 64), {"batch": (2,)}, [Opt("TC", 0, 0), Opt("UPCAST", 0, 2), Opt("UPCAST", 1, 2), Opt("LOCAL", 1, 2)]),
+  shapes = [((64, 32, 64), {}, [Opt("TC", 0, 0)]),
+            ((128, 64, 64), {"batch": (2,)}, [Opt("TC", 0, 0), Opt("UPCAST", 0, 2), Opt("UPCAST", 1, 2), Opt("LOCAL", 1, 2)]),
             ((64, 64, 128), {"transpose_b": True}, [Opt("TC", 0, 0), Opt("UPCAST", 1, 2), Opt("UNROLL", 0, 2)]),
             ((40, 20, 72), {}, [Opt("TC", 0, 0), Opt("UPCAST", 1, 3)])]  # M, N and K padded to the tile
   return [Case(matmul(*mnk, **kw, dtype=dt, acc=float32, name=f"tc_{dt.name}_{'x'.join(map(str, mnk))}").to_json(), opts, {}, 0, f"tc:{dt.name}")

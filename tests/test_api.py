@@ -79,7 +79,8 @@ def test_submit_answers_a_job_per_kernel_and_identical_requests_share_it(api):
   assert {k: got[k] for k in ("job_id", "kernel_key", "state", "error", "result")} == \
          {"job_id": jobs[0]["job_id"], "kernel_key": ks[0].key, "state": "queued", "error": "", "result": None}
   wid, claimed = register(api), []
-  while (r := api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 2}, headers=W(wid))).status_code == 200: claimed.append(r.json()["job_id"])
+  while (r := api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 2}, headers=W(wid))).status_code == 200:
+    claimed.append(r.json()["job_id"])
   assert len(claimed) == len(ks) + 1 and versioned["job_id"] not in claimed  # a worker of version 2 leaves it
   assert api.post(f"/v1/workers/{wid}/claim", json={"action_space_version": 1}, headers=W(wid)).json()["job_id"] == versioned["job_id"]
 
@@ -89,7 +90,8 @@ def test_submit_names_every_invalid_kernel_by_index_and_json_path(api):
   bad_op = json.loads(json.dumps(good))
   bad_op["ast"]["src"][0]["op"] = "FROB"
   body = {"kernels": [good, {"format": "tunesvc.kernel/1"}, good, bad_op, {**good, "name": "\ud800"}]}
-  r = api.post("/v1/kernels", content=json.dumps(body), headers={**SUB, "Content-Type": "application/json"})  # \u escapes: httpx will not encode a lone surrogate
+  # \u escapes: httpx will not encode a lone surrogate
+  r = api.post("/v1/kernels", content=json.dumps(body), headers={**SUB, "Content-Type": "application/json"})
   assert r.status_code == 422
   assert [(e["loc"], e["path"]) for e in r.json()["detail"]] == [
     (["body", "kernels", 1], "$"), (["body", "kernels", 3], "ast.src[0].op"), (["body", "kernels", 4], "name")]
@@ -185,7 +187,8 @@ def test_a_worker_claims_reports_and_the_opts_are_looked_up(api):
   looked = api.post("/v1/opts/lookup", json={"fingerprint": h, "keys": [other.key, k.key], "kernels": [k.to_json()]}).json()["results"]
   assert looked == [None, opts, opts]
   detail = api.get(f"/v1/kernels/{k.key}", headers=SUB).json()
-  assert detail["document"] == k.to_json() and [(j["job_id"], j["kind"]) for j in detail["jobs"]] == [(job["job_id"], "tune"), (c["job_id"], "confirm")]
+  assert detail["document"] == k.to_json()
+  assert [(j["job_id"], j["kind"]) for j in detail["jobs"]] == [(job["job_id"], "tune"), (c["job_id"], "confirm")]
   res, measured = detail["results"]
   assert res["confirmed_by"] == measured["result_id"] and measured["status"] == "measurement"
   assert res["worker_id"] == wid and res["opts"] == opts["opts"] and len(res["measurements"]) == 6
@@ -215,7 +218,8 @@ def test_claims_match_the_worker_fingerprint_and_unknown_workers_are_404(api):
   r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": CUDA_FP, "fingerprint_hash": cpu_fingerprint()[1],
                                     "options": CUDA_OPTIONS}, headers=WRK)
   assert r.status_code == 422 and "is not the fingerprint's hash" in r.json()["detail"]
-  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": {"arch": "x"}, "fingerprint_hash": "0" * 64, "options": {}}, headers=WRK)
+  r = api.post("/v1/workers", json={"name": "x", "device": "CPU", "fingerprint": {"arch": "x"}, "fingerprint_hash": "0" * 64, "options": {}},
+               headers=WRK)
   assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "fingerprint", "backend"]
 
 
@@ -242,7 +246,8 @@ def test_failure_reports_requeue_then_fail_with_every_reason_and_release_costs_n
     claim(api, wid)
     assert api.post(f"/v1/workers/{wid}/report", json={"job_id": job_id, "error": reason}, headers=W(wid)).json()["state"] == state
   got = api.get(f"/v1/jobs/{job_id}", headers=SUB).json()
-  assert got["state"] == "failed" and got["error"] == f"attempt 1: worker {wid} (cpu-0): device lost\nattempt 2: worker {wid} (cpu-0): out of memory\n"
+  assert got["state"] == "failed"
+  assert got["error"] == f"attempt 1: worker {wid} (cpu-0): device lost\nattempt 2: worker {wid} (cpu-0): out of memory\n"
   r = api.post(f"/v1/workers/{wid}/release", json={"job_id": job_id}, headers=W(wid))
   assert r.status_code == 409 and r.json()["detail"] == f"job {job_id} is not held by worker {wid}: it is failed"
 
@@ -258,7 +263,8 @@ def test_reports_are_validated(api):
                     headers={**W(wid), "Content-Type": "application/json"})
   cases = [({"result": {**good, "best_s": float("nan")}}, "best_s: nan is not a finite number"),
            ({"result": {**good, "candidates": [{**good["candidates"][0], "times_s": [1e999]}]}}, "candidates[0].times_s[0]: inf"),
-           ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "great"}]}}, '"loc": ["body", "result", "candidates", 0, "status"]'),
+           ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "great"}]}},
+            '"loc": ["body", "result", "candidates", 0, "status"]'),
            ({"result": {**good, "candidates": [{**good["candidates"][0], "status": "pending"}]}}, "'pending' is not one of ok, slow, compile_error"),
            ({"result": {**good, "best_opts": [{"op": "WARP", "axis": 0, "amt": 2}]}}, "best_opts: not an opt"),
            ({"result": {**good, "action_space_version": -1}}, "action_space_version"),
@@ -707,7 +713,7 @@ def test_a_result_of_another_action_space_version_is_confirmed_by_a_newer_worker
   it (chaos on PostgreSQL: queued through the whole settle window), the search stayed done and unserved, and the kernel's
   resubmissions shared that job. A worker of a newer version can measure the opts of an older one (versions only add)."""
   with make_client(tmp_path, confirm_on_other_worker=True) as api:
-    k, (fp, h) = example("sum_all"), cpu_fingerprint()
+    k = example("sum_all")
     job, = submit(api, [k])
     thief, honest = register(api, "thief"), register(api, "honest", token="adm")
     assert claim(api, thief)["job_id"] == job["job_id"]  # claimed without saying its version: any job
@@ -727,7 +733,8 @@ def test_every_answer_says_its_content_type_is_meant_and_may_not_be_framed(api):
   and no answer may be framed by another site (the dashboard's buttons under someone else's)."""
   k, h = example("sum_all"), cpu_fingerprint()[1]
   for r in (api.get("/healthz"), api.get(f"/v1/opts/{k.key}", params={"fingerprint": h}), api.get("/v1/jobs"), api.get("/v1/jobs", headers=SUB),
-            api.get("/static/dashboard.js"), api.get("/docs"), api.post("/v1/opts/lookup", content=b"<script>", headers={"content-type": "text/html"})):
+            api.get("/static/dashboard.js"), api.get("/docs"),
+            api.post("/v1/opts/lookup", content=b"<script>", headers={"content-type": "text/html"})):
     assert r.headers.get("x-content-type-options") == "nosniff" and r.headers.get("x-frame-options") == "DENY", (r.request.url, r.headers)
     assert r.headers.get("referrer-policy") == "no-referrer"
 

@@ -164,7 +164,8 @@ print(bad)
 def test_the_cache_is_safe_across_processes_and_threads(tmp_path):
   """Four processes and three threads rewrite and read the same answers: every read finds a whole one."""
   cache, bad, keys = OptsCache(tmp_path), [], [f"{i:064x}" for i in range(8)]
-  put = lambda k: cache.put({"kernel_key": k, "fingerprint": "f" * 64, "action_space_version": 1, "opts": [{"op": "UNROLL", "axis": 0, "amt": 2}] * 50})
+  put = lambda k: cache.put({"kernel_key": k, "fingerprint": "f" * 64, "action_space_version": 1,
+                             "opts": [{"op": "UNROLL", "axis": 0, "amt": 2}] * 50})
   for k in keys: put(k)
   procs = [subprocess.Popen([sys.executable, "-c", CHURN, str(tmp_path), str(seed)], stdout=subprocess.PIPE, text=True) for seed in range(4)]
   def reader():

@@ -120,7 +120,8 @@ def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_bea
 @pytest.mark.slow
 def test_the_cli_selects_the_model_strategy_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
   monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
-  assert main(["tune", str(EXAMPLE), "--json", "--no-cache", "--beam", "2", "--budget-candidates", "20", "--strategy", "model", "--measure-top", "3"]) == 0
+  assert main(["tune", str(EXAMPLE), "--json", "--no-cache", "--beam", "2", "--budget-candidates", "20", "--strategy", "model",
+               "--measure-top", "3"]) == 0
   out = json.loads(capsys.readouterr().out)
   assert out["verified"] and out["candidates"] <= 20
   stored = ResultCache().get(out["kernel_key"], cpu.fingerprint_hash(cpu.fingerprint()), out["action_space_version"])

@@ -178,7 +178,8 @@ def test_the_api_docs_render_in_headless_chromium_with_no_network(server, tmp_pa
   with sync_playwright() as p:
     browser = chromium(p, tmp_path)
     page = browser.new_page()
-    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(server) else (elsewhere.append(route.request.url), route.abort()))
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(server)
+               else (elsewhere.append(route.request.url), route.abort()))
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(server + "/docs")
     expect(page.locator(".opblock-summary-path", has_text="/v1/kernels").first).to_be_visible(timeout=30_000)
@@ -191,7 +192,7 @@ def test_a_worker_silent_past_the_offline_time_shows_offline(tmp_path):
   from test_api import make_client
   with make_client(tmp_path, worker_offline_s=0.5) as api:
     job, = submit(api, examples()[:1])
-    quiet, busy = register(api, "quiet"), register(api, "busy")
+    _, busy = register(api, "quiet"), register(api, "busy")
     assert claim(api, busy, lease_s=60)["job_id"] == job["job_id"]
     import time
     time.sleep(1)

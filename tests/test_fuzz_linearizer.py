@@ -3,6 +3,7 @@ and builder kernels must find nothing; planted bugs must be classified, saved an
 masked and padded kernels must never touch memory outside their buffers."""
 import json, os, random, shutil, subprocess, sys
 from pathlib import Path
+from typing import Optional
 import pytest
 from devices import cpu
 from linearizer import builders as B
@@ -22,9 +23,9 @@ def planted_cc(tmp_path: Path, first: str = "", last: str = "") -> dict[str, str
   cc.chmod(0o755)
   return {"TUNESVC_CC": str(cc), "TUNESVC_CACHE_DIR": str(tmp_path / "cache")}
 
-def fuzz_script(*args: str, env: dict[str, str] = {}) -> subprocess.CompletedProcess:
+def fuzz_script(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_linearizer.py"), *args], capture_output=True, text=True,
-                        cwd=ROOT, timeout=300, env={**os.environ, **env})
+                        cwd=ROOT, timeout=300, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.slow

@@ -80,7 +80,8 @@ def test_hipcc_builds_a_corpus_sample_under_random_gpu_schedules(tmp_path):
 def test_hipcc_builds_rdna3_tensor_core_kernels_into_wmma_instructions(tmp_path):
   rdna3 = dataclasses.replace(OPTIONS, tensor_cores=RDNA3)
   kernels = [(matmul(m, n, k, dtype=dt, acc=float32, **kw), [Opt("TC", 0, 0), *opts]) for dt in (float16, bfloat16) for (m, n, k), kw, opts in
-             [((16, 16, 16), {}, []), ((64, 32, 64), {}, [Opt("UPCAST", 0, 2)]), ((32, 32, 96), {"batch": (2,)}, [Opt("LOCAL", 0, 2), Opt("UNROLL", 0, 3)])]]
+             [((16, 16, 16), {}, []), ((64, 32, 64), {}, [Opt("UPCAST", 0, 2)]),
+              ((32, 32, 96), {"batch": (2,)}, [Opt("LOCAL", 0, 2), Opt("UNROLL", 0, 3)])]]
   srcs = sources(kernels, rdna3)
   assert len(srcs) == 6 and all("__builtin_amdgcn_wmma_f32_16x16x16_" in s for s in srcs)
   asm = "".join(p.read_text() for p in hipcc(srcs, tmp_path, ("gfx1100",)))

@@ -44,7 +44,8 @@ def test_vectors_and_float64_are_refused():
 
 
 def test_tensor_cores_render_as_simdgroup_matrices_with_float2_accumulators():
-  src = metal(matmul(32, 16, 32, dtype=float16, acc=float32), [Opt("TC", 0, 0), Opt("UPCAST", 0, 2)], dataclasses.replace(OPTIONS, tensor_cores=APPLE))
+  src = metal(matmul(32, 16, 32, dtype=float16, acc=float32), [Opt("TC", 0, 0), Opt("UPCAST", 0, 2)],
+              dataclasses.replace(OPTIONS, tensor_cores=APPLE))
   assert "#include <metal_simdgroup_matrix>" in src and "simdgroup_half8x8 a; simdgroup_half8x8 b; simdgroup_float8x8 d;" in src
   assert src.count("float2 acc") == 2 and src.count("= simdgroup_8x8x8_f16(") == 2 and "simdgroup_multiply_accumulate(d, a, b, d);" in src
   assert "lanes<" not in src and "float2(((float)0x0.0p+0))" in src

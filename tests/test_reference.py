@@ -126,7 +126,8 @@ def test_integer_sum_wraps_in_its_dtype():
 def test_masked_store_leaves_other_elements_untouched():
   doc = {"format": "tunesvc.kernel/1", "ast": {"op": "STORE",
          "arg": {"buf": 0, "dtype": "float32", "st": {"views": [{"shape": [4], "strides": [1], "offset": 0, "mask": [[1, 3]]}]}},
-         "src": [{"op": "LOAD", "arg": {"buf": 1, "dtype": "float32", "st": {"views": [{"shape": [4], "strides": [1], "offset": 0, "mask": None}]}}}]}}
+         "src": [{"op": "LOAD", "arg": {"buf": 1, "dtype": "float32",
+                                        "st": {"views": [{"shape": [4], "strides": [1], "offset": 0, "mask": None}]}}}]}}
   out = run(load(doc), np.array([1, 2, 3, 4], np.float32))
   assert out.size == 3 and np.isnan(out[0]) and list(out[1:3]) == [2, 3]  # sized to the highest index written
 

@@ -175,7 +175,8 @@ class _ScriptedRunner:
     self.pid, self.loads, self.times, self.checks = os.getpid(), iter(loads), times, 0
   def load(self, *pids):  # search.tune.OtherLoad: one reading per final check
     self.checks += 1
-    return SimpleNamespace(cores=lambda v=next(self.loads): v)
+    v = next(self.loads)
+    return SimpleNamespace(cores=lambda: v)
   def measure(self, lib, name, **kw): return Measurement(Status.OK, [self.times[self.checks - 1][lib]])
 
 

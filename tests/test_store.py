@@ -208,7 +208,8 @@ def test_reports_that_contradict_the_job_are_refused(store, cpu_worker):
   queue.claim(store, cpu_worker.id, 60)
   fp, h = cpu_fingerprint()
   with pytest.raises(queue.Invalid, match="is for kernel"): queue.report(store, cpu_worker.id, job.id, search_result(example("matmul_512"), fp, h))
-  with pytest.raises(queue.Invalid, match="fingerprint"): queue.report(store, cpu_worker.id, job.id, search_result(example("sum_all"), CUDA_FP, CUDA_HASH))
+  with pytest.raises(queue.Invalid, match="fingerprint"):
+    queue.report(store, cpu_worker.id, job.id, search_result(example("sum_all"), CUDA_FP, CUDA_HASH))
   with pytest.raises(queue.Invalid, match="not the fingerprint's hash"): queue.register(store, "liar", "CPU", CUDA_FP, h, cpu_options())
   with pytest.raises(queue.NotFound): queue.report(store, cpu_worker.id, 12345, search_result(example("sum_all"), fp, h))
   assert count(store, Result) == 0 and reads.job(store, job.id)[0].state == "running"
@@ -266,7 +267,8 @@ def test_eight_processes_race_over_200_jobs(store):
   jobs = [j.id for seed in range(200 // len(ks) + 1) for j, _ in queue.submit(store, ks, "CPU", {"seed": seed})][:200]
   with store.write() as s: s.execute(Job.__table__.delete().where(Job.id.not_in(jobs)))
   ctx = multiprocessing.get_context("forkserver")  # fresh processes (no inherited connections or threads), forked from
-  ctx.set_forkserver_preload(["tunesvc.store.queue", "linearizer.heuristic", "devices.cpu", "alembic.autogenerate", "pytest"])  # one that imported the heavy parts
+  # one that imported the heavy parts
+  ctx.set_forkserver_preload(["tunesvc.store.queue", "linearizer.heuristic", "devices.cpu", "alembic.autogenerate", "pytest"])
   start, out = ctx.Barrier(8), ctx.Queue()
   procs = [ctx.Process(target=racer, args=(store.url, *cpu_fingerprint(), start, out)) for _ in range(8)]
   for p in procs: p.start()

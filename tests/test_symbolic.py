@@ -86,7 +86,7 @@ def var_bounds(draw):
 
 divisors = st.one_of(st.integers(1, 8), st.integers(-8, -1), st.sampled_from([12, 16, 30, -12]))
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _trees(names):
   var = st.tuples(st.just("var"), st.sampled_from(names))
   leaf = st.one_of(var, st.tuples(st.just("const"), st.integers(-20, 20)), var)  # mostly variables
@@ -261,7 +261,7 @@ def test_c_rendering_matches_python_floor_semantics_for_negative_numerators():
     out = subprocess.run([os.path.join(d, "t")], check=True, capture_output=True, text=True).stdout.split()
   got = iter(int(v) for v in out)
   for env in envs:
-    for (t, x), ce in zip(exprs, cexprs):
+    for (t, _), ce in zip(exprs, cexprs):
       assert next(got) == fold(t, env), f"C {ce} at {env}"
 
 

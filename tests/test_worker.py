@@ -95,7 +95,8 @@ def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
 @pytest.mark.slow
 def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job(server):
   with Client(server, "sub") as user:
-    job, = user.submit([reduce("SUM", (1024, 1024), (1,))], "CPU", {**SEARCH, "budget_candidates": 1000, "budget_s": 15, "min_time_s": 0.5, "final_rounds": 20})
+    job, = user.submit([reduce("SUM", (1024, 1024), (1,))], "CPU",
+                       {**SEARCH, "budget_candidates": 1000, "budget_s": 15, "min_time_s": 0.5, "final_rounds": 20})
     a = worker_process(server, 3)
     wait_for(lambda: user.job(job["job_id"])["state"] == "running")
     time.sleep(1)
