@@ -23,7 +23,8 @@ GPU = LinearizerOptions("GPU", shared_max=49152, local_max=(1024, 1024, 64), ten
 def test_fragment_maps_are_the_ptx_isas():
   for lane in range(32):
     g, t, bits = lane >> 2, lane % 4, {b: lane >> b & 1 for b in range(5)}
-    for i in range(8): assert (MMA_F16.coord("a", 0, bits, i), MMA_F16.coord("a", 1, bits, i)) == (g + 8 * (i >> 1 & 1), 2 * t + (i & 1) + 8 * (i >> 2))
+    for i in range(8):
+      assert (MMA_F16.coord("a", 0, bits, i), MMA_F16.coord("a", 1, bits, i)) == (g + 8 * (i >> 1 & 1), 2 * t + (i & 1) + 8 * (i >> 2))
     for i in range(4): assert (MMA_F16.coord("b", 0, bits, i), MMA_F16.coord("b", 1, bits, i)) == (2 * t + (i & 1) + 8 * (i >> 1), g)
     for i in range(4): assert (MMA_F16.coord("c", 0, bits, i), MMA_F16.coord("c", 1, bits, i)) == (g + 8 * (i >> 1), 2 * t + (i & 1))
   assert [MMA_F16.elements(op) for op in "abc"] == [8, 4, 4]
@@ -32,7 +33,7 @@ def test_fragment_maps_are_the_ptx_isas():
 def test_fragment_maps_are_rdna3s_and_metals():
   for lane in range(32):
     bits = {b: lane >> b & 1 for b in range(5)}
-    coords = lambda tc, op, n: [(tc.coord(op, 0, bits, i), tc.coord(op, 1, bits, i)) for i in range(n)]
+    coords = lambda tc, op, n, bits=bits: [(tc.coord(op, 0, bits, i), tc.coord(op, 1, bits, i)) for i in range(n)]
     # RDNA3 wave32 WMMA (GPUOpen's WMMA how-to): a_frag[i] = A[lane%16][i], b_frag[i] = B[i][lane%16], c_frag[i] = C[2i + lane/16][lane%16]
     assert coords(WMMA_F16, "a", 16) == [(lane % 16, i) for i in range(16)] and coords(WMMA_F16, "b", 16) == [(i, lane % 16) for i in range(16)]
     assert coords(WMMA_F16, "c", 8) == [(2 * i + lane // 16, lane % 16) for i in range(8)]
@@ -40,8 +41,9 @@ def test_fragment_maps_are_rdna3s_and_metals():
     qid = lane // 4
     fm, fn = (qid & 4) + (lane // 2) % 4, (qid & 2) * 2 + (lane % 2) * 2
     assert all(coords(SIMDGROUP_F16, op, 2) == [(fm, fn), (fm, fn + 1)] for op in "abc")
-  assert sorted({WMMA_F16.coord("c", 0, {b: lane >> b & 1 for b in range(5)}, i) * 16 + WMMA_F16.coord("c", 1, {b: lane >> b & 1 for b in range(5)}, i)
-                 for lane in range(32) for i in range(8)}) == list(range(256))  # C's 256 elements, each held once
+  lane_bits = [{b: lane >> b & 1 for b in range(5)} for lane in range(32)]
+  assert sorted({WMMA_F16.coord("c", 0, bits, i) * 16 + WMMA_F16.coord("c", 1, bits, i)
+                 for bits in lane_bits for i in range(8)}) == list(range(256))  # C's 256 elements, each held once
 
 
 def test_tc_lays_out_the_warp_and_keeps_the_meaning():
@@ -123,11 +125,13 @@ def test_tc_kernels_match_the_reference_on_emulated_tensor_cores(k, opts):
 # RDNA3's 16x16x16 and Metal's 8x8x8 layouts through the same emulation: A's fragment not spread over every lane bit
 # (RDNA3's lanes 16-31 repeat 0-15), C's lane bits in runs that are not consecutive (Metal: four lane axes)
 FAMILY_SCHEDULES = [
-  (RDNA3, mm(16, 16, 16), []), (RDNA3, mm(32, 32, 64, bfloat16), [Opt("UPCAST", 0, 2)]), (RDNA3, mm(64, 32, 96), [Opt("LOCAL", 1, 2), Opt("UNROLL", 0, 3)]),
+  (RDNA3, mm(16, 16, 16), []), (RDNA3, mm(32, 32, 64, bfloat16), [Opt("UPCAST", 0, 2)]),
+  (RDNA3, mm(64, 32, 96), [Opt("LOCAL", 1, 2), Opt("UNROLL", 0, 3)]),
   (RDNA3, mm(16, 16, 32, batch=(2,), transpose_b=True), []), (RDNA3, relu_to_half(32, 16, 32), [Opt("UPCAST", 0, 2)]),
   (APPLE, mm(8, 8, 8), []), (APPLE, mm(16, 8, 24), [Opt("UPCAST", 0, 2)]), (APPLE, mm(32, 16, 32), [Opt("LOCAL", 0, 2), Opt("UNROLL", 0, 2)]),
   (APPLE, two_reduce_axes(16, 8, 4, 16), []), (APPLE, mm(16, 16, 16, batch=(3,)), [Opt("UPCAST", 1, 2), Opt("LOCAL", 0, 3)]),
-  (RDNA3, mm(12, 24, 20), []), (RDNA3, mm(16, 40, 16, bfloat16), [Opt("UPCAST", 1, 3)]), (APPLE, mm(6, 12, 20), []), (APPLE, relu_to_half(12, 8, 6), []),
+  (RDNA3, mm(12, 24, 20), []), (RDNA3, mm(16, 40, 16, bfloat16), [Opt("UPCAST", 1, 3)]), (APPLE, mm(6, 12, 20), []),
+  (APPLE, relu_to_half(12, 8, 6), []),
 ]
 
 @needs_opencl
@@ -187,7 +191,8 @@ def test_hand_coded_schedules_use_tensor_cores_and_match_the_reference(k):
   run(k, opts)
 
 @needs_opencl
-@pytest.mark.parametrize("tcs,k", [(RDNA3, mm(64, 64, 64)), (RDNA3, mm(32, 16, 32, bfloat16, batch=(2,))), (APPLE, mm(64, 32, 64)), (APPLE, relu_to_half(16, 8, 16))])
+@pytest.mark.parametrize("tcs,k", [(RDNA3, mm(64, 64, 64)), (RDNA3, mm(32, 16, 32, bfloat16, batch=(2,))), (APPLE, mm(64, 32, 64)),
+                                  (APPLE, relu_to_half(16, 8, 16))])
 def test_hand_coded_schedules_use_rdna3_and_metal_tensor_cores(tcs, k):
   from linearizer.heuristic import hand_coded_optimizations
   opts = hand_coded_optimizations(Kernel(k, emulated(tcs)))
