@@ -95,7 +95,10 @@ def _cache_blocks(k: Kernel, vec: int, width: int) -> None:
   if not k.is_reduce_axis(last): return
   before = k.block_dims
   _block(k, last, reduce_steps, BLOCK_K)
-  if k.block_dims > before: _block(k, vec + 1, width, BLOCK_N)  # the block went before it
+  # the vector axis in blocks too where the reduce is too short to block (a 1x1 conv's 256 channels): its block loop
+  # outermost, the other axes' tiles reuse its operand's panel while it is in L1 (1x1 conv 256->64 56x56, 1 thread:
+  # 6.1 -> 3.3 ms, Cascade Lake, quiet)
+  _block(k, vec + (k.block_dims > before), width, BLOCK_N)  # after a reduce block, which went before it
   if k.block_dims: _packs(k)
 
 def _packs(k: Kernel) -> None:

@@ -171,6 +171,15 @@ def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
     assert not any(o.op in ("BLOCK", "PACK") for o in hand_coded_optimizations(Kernel(small, cpu.options())))
 
 
+def test_a_1x1_convs_pixels_are_blocked_where_its_reduce_is_too_short_to_block():
+  # 256 input channels, each 3136 floats apart: pixel blocks outermost, so the output channels' tiles reuse the input's
+  # panel while it is in L1 and the TLB (6.1 -> 3.3 ms on a Cascade Lake at 1 thread)
+  k = conv2d(1, 256, 56, 56, 64, 1, 1)
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  assert [o.axis for o in opts if o.op == "BLOCK"] == [1], opts
+  check(k, opts=opts)
+
+
 def test_a_conv_tile_reuses_its_input_rows_across_output_channels():
   # the vector is a row of outputs; the input's row is the load that is a vector (gathered where the conv is strided),
   # each output channel's lanes reuse it, where the rows' tile reused only the weights, one broadcast each already
