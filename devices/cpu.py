@@ -13,12 +13,7 @@ from linearizer.cachedir import cache_dir
 from linearizer.options import LinearizerOptions
 from linearizer.render_c import render_c as render  # noqa: F401  (the device interface's renderer)
 
-# -fwrapv: signed overflow wraps (the reference semantics), so the optimiser may not assume it away.
-# -ffp-contract=off: no silent a*b+c -> fma: the only fused ops are the linearizer's explicit MULACCs (a float SUM's
-#   products, within the reference's range for the SUM), so results do not depend on how gcc happens to vectorise.
-#   -fno-math-errno: sqrt & co inline and vectorise, same values.
-# No -ffast-math: it reorders float ops and assumes NaN/inf away. -fno-strict-aliasing: vector loads cast pointers.
-# -fopenmp always: one flag set (so one fingerprint) whether or not a kernel uses threads; gcc's libgomp is here.
+
 @functools.cache
 def _cpuinfo() -> tuple[str, frozenset[str]]:
   """(model name, ISA flags) of the first CPU in /proc/cpuinfo ("Features" on ARM); empty where there is none."""
@@ -37,6 +32,12 @@ def isa_flags(isa: frozenset[str]) -> tuple[str, ...]:
   purpose (LinearizerOptions.float_vector_widths), so the compiler is told to keep them."""
   return ("-mprefer-vector-width=512",) if "avx512f" in isa else ()
 
+# -fwrapv: signed overflow wraps (the reference semantics), so the optimiser may not assume it away.
+# -ffp-contract=off: no silent a*b+c -> fma: the only fused ops are the linearizer's explicit MULACCs (a float SUM's
+#   products, within the reference's range for the SUM), so results do not depend on how gcc happens to vectorise.
+#   -fno-math-errno: sqrt & co inline and vectorise, same values.
+# No -ffast-math: it reorders float ops and assumes NaN/inf away. -fno-strict-aliasing: vector loads cast pointers.
+# -fopenmp always: one flag set (so one fingerprint) whether or not a kernel uses threads; gcc's libgomp is here.
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fwrapv", "-ffp-contract=off",
                                   "-fno-math-errno", "-fno-strict-aliasing", "-fopenmp") + isa_flags(_cpuinfo()[1])
 ALIGN = 64  # bytes: a cache line and one AVX-512 vector

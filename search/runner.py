@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Optional
 import numpy as np
-from devices.base import Binary
+from devices.base import Binary, DeviceError
 from devices.guard import Guarded
 from linearizer import reference
 from linearizer.ast import KernelAST, loads
@@ -106,8 +106,8 @@ def _main(conn: Connection, module: str) -> None:
         m = case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s)
         m.other_load = load.cores()
         conn.send(m)
-    except Exception as e:  # a device that lost its context (getattr: any backend's error) fails the candidate as a crash
-      conn.send(Measurement(Status.CRASH if getattr(e, "lost", False) else Status.RUN_ERROR, error=f"{type(e).__name__}: {e}"))
+    except Exception as e:  # a device that lost its context fails the candidate as a crash
+      conn.send(Measurement(Status.CRASH if isinstance(e, DeviceError) and e.lost else Status.RUN_ERROR, error=f"{type(e).__name__}: {e}"))
 
 
 class Runner:

@@ -3,6 +3,7 @@ tests/fault_backend.py does on the CPU). A write far outside every buffer and a 
 later call in that process fails); a kernel that never ends holds the GPU until its process is killed."""
 from devices.cuda import Program, alloc, available, compile, copyin, copyout, fingerprint, fingerprint_hash, options  # noqa: F401
 from devices.cuda import render as cuda_render
+from fault_backend import plant
 from linearizer.kernel import Opt
 
 # the first opt of a schedule -> what its kernel does before its work (tests/test_cuda.py checks none is the hand-coded one's)
@@ -14,6 +15,4 @@ _CODE = {"illegal_address": "if (threadIdx.x == 0) *(volatile float*)((char*)dat
 def render(prog) -> str:
   src = cuda_render(prog)
   fault = FAULTS.get(prog.opts[0]) if prog.opts else None
-  if fault is None: return src
-  body = src.index("{\n", src.index(f"void {prog.name}(")) + 2
-  return src[:body] + "  " + _CODE[fault] + "\n" + src[body:]
+  return src if fault is None else plant(src, prog.name, _CODE[fault])

@@ -31,10 +31,14 @@ class Program(cpu.Program):
     return super().time(*bufs, var_vals=var_vals)
 
 
+def plant(src: str, name: str, code: str) -> str:
+  """`code` at the start of kernel `name`'s body (tests/cuda_fault_backend.py plants its faults with it too)."""
+  body = src.index("{\n", src.index(f"void {name}(")) + 2
+  return src[:body] + "  " + code + "\n" + src[body:]
+
 def render(prog) -> str:
   src = cpu_render(prog)
   fault = FAULTS.get(prog.opts[0]) if prog.opts else None
   if fault is None: return src
   if fault == "wrong": return src[:src.rindex("}")] + "  data0[0] += 1.0f;\n}\n"
-  body = src.index("{\n", src.index(f"void {prog.name}(")) + 2
-  return src[:body] + "  " + _CODE[fault].format(name=prog.name) + "\n" + src[body:]
+  return plant(src, prog.name, _CODE[fault].format(name=prog.name))
