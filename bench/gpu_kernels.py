@@ -21,7 +21,7 @@ as `tunesvc tune` does, with its wall time, candidates, the hand-coded and the w
 interleaved final timing) and whether the winner was verified.
 """
 from __future__ import annotations
-import argparse, datetime, gzip, json, random, shlex, sys, time
+import argparse, datetime, json, random, shlex, sys, time
 from pathlib import Path
 from typing import Callable, Optional
 import numpy as np
@@ -29,9 +29,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable without installing the package
 from cpu_kernels import measure, med
+from search_vs_tinygrad import corpus
 from devices import registry
 from linearizer import reference
-from linearizer.ast import KernelAST, loads
+from linearizer.ast import KernelAST
 from linearizer.fuzz import positions
 from linearizer.builders import matmul
 from linearizer.dtypes import float16, float32
@@ -96,11 +97,9 @@ def error_used(got: np.ndarray, want: np.ndarray, bounds: Optional[tuple[np.ndar
   return float(np.nanmax(used))
 
 def corpus_kernels(n: int, seed: int) -> list[tuple[str, KernelAST]]:
-  with gzip.open(ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz", "rt", encoding="utf-8") as f:
-    ks = [loads(x) for x in f if x.strip()]
-  ks = [k for k in ks if 1 << 16 <= positions(k, {v.name: v.min for v in k.vars}) <= 1 << 24]
+  ks = [(name, k) for name, k in corpus().items() if 1 << 16 <= positions(k, {v.name: v.min for v in k.vars}) <= 1 << 24]
   random.Random(seed).shuffle(ks)
-  return [(k.name or f"corpus_{i}", k) for i, k in enumerate(ks[:n])]
+  return ks[:n]
 
 def tune_corpus(args) -> list[dict]:
   out = []
