@@ -19,7 +19,7 @@ export PYTHONPATH=/tmp/site:$PWD
   python3 -c "from devices import cuda, nvrtc, registry; print(registry.available(), nvrtc.version()); print(cuda.fingerprint())"; } 2>&1 | tee "$OUT/env.txt"
 fuzz() { timeout "$1" python3 bench/fuzz_linearizer.py --device CUDA --jobs 6 --timeout 120 --out /tmp/fuzz_failures --progress 300 "${@:2}" > "$OUT/fuzz.txt" 2>&1; }
 if [ "$PHASE" = bigfuzz ]; then
-  fuzz 540 --per-kernel 3 --builders 0 --seed 1 --jobs 14 --timeout 1200 --min-positions 20000001 --max-positions 1000000000000
+  fuzz 540 --per-kernel 3 --builders 0 --seed 1 --jobs 14 --timeout 1200 --min-positions 20000001 --max-positions 1000000000000 --progress 20
   echo "fuzz rc=$? (124: stopped at its time limit; the counts so far are above)" >> "$OUT/fuzz.txt"
 elif [ "$PHASE" = smoke ]; then
   fuzz 170 --cases 300 --builders 60 --seed 3 &
