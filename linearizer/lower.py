@@ -234,8 +234,12 @@ class _Lowering:
     if aff is not None and aff[0][0] == 2 and self.W > 2: return self.emit(UOp(UOps.LOAD, node.dtype, (), (buf, idx, valid), self.W))
     if self.lane_var not in variables(valid) and aff is not None and aff[0][0] == 0:
       return self.emit(UOp(UOps.VBROADCAST, node.dtype, (self.scalar_load(buf, node.dtype, _lane0(idx), valid),), None, self.W))
-    lanes = tuple(self.scalar_load(buf, node.dtype, substitute(idx, {LANE: j}), substitute(valid, {LANE: j})) for j in range(self.W))
-    return self.emit(UOp(UOps.VBUILD, node.dtype, lanes, None, self.W))
+    return self.gathered(node.dtype, buf, idx, valid)
+
+  def gathered(self, dt: DType, buf: int | str, idx: sint, valid: sint) -> int:
+    """A vector of one load per lane."""
+    lanes = tuple(self.scalar_load(buf, dt, substitute(idx, {LANE: j}), substitute(valid, {LANE: j})) for j in range(self.W))
+    return self.emit(UOp(UOps.VBUILD, dt, lanes, None, self.W))
 
   def shifted(self, dt: DType, buf: int | str, idx: sint, valid: sint) -> Optional[int]:
     """A contiguous row at `idx` whose lanes are each never valid or valid under one lane-free condition (a padded conv's
@@ -251,6 +255,11 @@ class _Lowering:
           lanes = {j: self.emit(UOp(UOps.GEP, dt, (row,), j - s)) for j, _ in live}
           return self.emit(UOp(UOps.VBUILD, dt, tuple(lanes.get(j, self.const(0, dt)) for j in range(self.W)), None, self.W))
     return None
+
+  def _contiguous(self, idx: sint) -> bool:
+    """Whether the lanes of the vector axis are consecutive elements at `idx` (an output is strided along a vector axis
+    _vector_axis picked for a packed operand)."""
+    return self.W == 1 or ((aff := affine(idx, [self.lane_var])) is not None and aff[0][0] == 1)
 
   def scalar_load(self, buf: int | str, dt: DType, idx: sint, valid: sint) -> int:
     return self.const(0, dt) if valid == 0 else self.emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
@@ -347,7 +356,8 @@ class _Lowering:
     new = {}
     for l, (ol, a) in zip(self.lanes(self.out_up), accs.items()):
       idx, valid = self.index(self.st_of[out.arg], l)
-      ld = self.emit(UOp(UOps.LOAD, red.dtype, (), (0, _lane0(idx), land(valid, later)), self.W))
+      valid = land(valid, later)
+      ld = self.emit(UOp(UOps.LOAD, red.dtype, (), (0, _lane0(idx), valid), self.W)) if self._contiguous(idx) else self.gathered(red.dtype, 0, idx, valid)
       new[ol] = self.emit(UOp(UOps.ACC, red.dtype, (a, ld), "ADD", self.W), dedup=False)
     return new
 
@@ -425,7 +435,12 @@ class _Lowering:
       if self.red is not None: memo[(self.red, _items(l))] = reduced[tuple(l.values())]
       v = self.value(out.src[0], l, memo)
       idx, valid = self.index(self.st_of[out.arg], l)
-      if valid != 0: self.emit(UOp(UOps.STORE, None, (v,), (0, _lane0(idx), valid), self.W), dedup=False)
+      if valid == 0: continue
+      if self._contiguous(idx):
+        self.emit(UOp(UOps.STORE, None, (v,), (0, _lane0(idx), valid), self.W), dedup=False)
+      else:  # a vector axis the output is strided along (_vector_axis): each lane's element
+        for j in range(self.W):
+          self.emit(UOp(UOps.STORE, None, (self.emit(UOp(UOps.GEP, self.uops[v].dtype, (v,), j)),), (0, substitute(idx, {LANE: j}), valid)), dedup=False)
 
 
 class _Folder:
@@ -568,15 +583,23 @@ def _lane_axes(k: Kernel, axes: list[int], loop_vars: dict) -> Iterator[tuple[in
                                                                for i in range(k.shape_len)])
 
 def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]:
-  """The output upcast axis to carry as vector lanes: a kernel whose every value can be a vector, a width the ISA
-  has, and a STORE contiguous along it with a validity (and every CONST's) that does not depend on it."""
+  """The output upcast axis to carry as vector lanes: a kernel whose every value can be a vector, a width the ISA has,
+  a STORE and CONSTs whose validity does not depend on it; of those, first one the STORE is contiguous along and a LOAD
+  reads as a clean vector (consecutive, valid together: a matmul's columns), then one a packed LOAD's copy is contiguous
+  along (the pack puts the vector axis innermost: a padded conv's output channels, its weights packed, each lane stored
+  alone after the reduce), then any the STORE is contiguous along."""
+  ranked: list[tuple[int, int]] = []
   for axis, lv, at in _lane_axes(k, out_up, loop_vars):
     idx, valid = at(k.sts[0])
-    aff = affine(idx, [lv])
-    if aff is None or aff[0][0] != 1 or lv in variables(valid): continue
-    if any(lv in variables(at(st)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg)): continue
-    return axis
-  return None
+    if lv in variables(valid) or any(lv in variables(at(st)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg)): continue
+    def consecutive(st: ShapeTracker) -> bool:
+      i, v = at(st)
+      return (aff := affine(i, [lv])) is not None and aff[0][0] == 1 and lv not in variables(v)
+    contiguous = (aff := affine(idx, [lv])) is not None and aff[0][0] == 1
+    if contiguous and any(consecutive(st) for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)): return axis
+    if any(axis in k.pack_axes(j) and lv not in variables(at(k.sts[j])[1]) for j in k.packed): ranked.append((1, axis))
+    elif contiguous: ranked.append((2, axis))
+  return min(ranked, key=lambda r: r[0])[1] if ranked else None  # the first (innermost) of the best rank
 
 def _reduce_vector_axis(k: Kernel, red_up: list[int], loop_vars: dict) -> Optional[int]:
   """The unrolled reduce axis to carry as vector lanes where no output axis is one: a reduce loop left to accumulate

@@ -181,27 +181,51 @@ def test_a_1x1_convs_pixels_are_blocked_where_its_reduce_is_too_short_to_block()
 
 
 def test_a_conv_tile_reuses_its_input_rows_across_output_channels():
-  # the vector is a row of outputs; the input's row is the load that is a vector (gathered where the conv is strided),
-  # each output channel's lanes reuse it, where the rows' tile reused only the weights, one broadcast each already
+  # an unpadded stride-1 conv: the vector is a row of outputs; the input's row is the load that is a vector, each output
+  # channel's lanes reuse it, where the rows' tile reused only the weights, one broadcast each already
+  k = conv2d(1, 8, 34, 34, 16, 3, 3)  # (output channels, rows, columns, ...): 32 columns
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  assert [o.axis for o in opts if o.op == "UPCAST"] == [2, 0], opts
+  check(k, opts=opts)
+
+
+def test_a_padded_or_strided_convs_vector_is_its_output_channels_with_the_weights_packed():
+  # its rows are no clean vector (masked at the padding, strided): the output channels are, one vector a block, the
+  # weights packed with the channels innermost (a vector load each), the input a broadcast, a tile of 8 x 2 pixels
+  # reusing each weight vector, each lane stored alone after the reduce (3x3 256 channels 14x14 on Zen 4, 1 thread:
+  # 8.9 -> 48 GFLOP/s)
   for stride in (1, 2):
-    k = conv2d(1, 8, 32, 32, 16, 3, 3, stride=stride, padding=1)  # (output channels, rows, columns, ...)
-    opts = hand_coded_optimizations(Kernel(k, cpu.options()))
-    assert [o.axis for o in opts if o.op == "UPCAST"] == [2, 0], opts
+    k = conv2d(1, 8, 32, 32, 64, 3, 3, stride=stride, padding=1)
+    kern = Kernel(k, cpu.options())
+    w = widest(k)
+    opts = hand_coded_optimizations(kern)
+    assert [(o.op, o.axis, o.amt) for o in opts][:2] == [("BLOCK", 0, w), ("UPCAST", 1, 0)] and ("PACK", 2, None) in [(o.op, o.axis, o.amt) for o in opts], opts
+    prog = lower(kern)
+    assert any(u.op == "DEFINE_ACC" and u.vec == w for u in prog.uops) and any(u.op == "LOAD" and u.vec == w and u.arg[0] == "pack2" for u in prog.uops)
+    assert not any(u.op == "VBUILD" for u in prog.uops) and all(u.vec == 1 for u in prog.uops if u.op == "STORE" and u.arg[0] == 0)
     check(k, opts=opts)
 
 
-# On a 16-lane host (AVX-512) the 7x7 stem at 32x32 gets a 16x8 tile, whose 3 input channels no longer fit an unroll
-# (MAX_UPCAST), and its 16 output columns are one vector that meets the padding in 5 of the window's 7 columns: every such
-# vector loads lane by lane. Measured on a Cascade Lake (busy, minimum of 60 interleaved runs): 2.4 ms, against 0.19 ms
-# for 8x8 with the channels unrolled; at 64x64 the 16x8 tile is the faster (0.56 vs 0.64 ms), and a narrower vector for
-# every padded row was slower on a 3x3 stride-2 conv (36 vs 19 us). Left to fix in the codegen (the masked path of a
-# padded row's vector), issue 14; strict: it fails as soon as that is fixed, to drop this mark.
-@pytest.mark.xfail("avx512f" in cpu.fingerprint()["isa"], reason="16-lane hosts: the stem's padded rows take the masked path", strict=True)
-def test_the_stem_convs_short_channel_axis_is_unrolled_beside_the_tile():
-  # a 7x7 window (the stem): its rows and columns too long to unroll whole beside the tile, and odd; the 3 input channels are
+def test_a_vector_the_output_is_strided_along_continues_a_blocked_reduce_lane_by_lane():
+  # a blocked reduce reads its accumulators back from the output, strided along the vector (the output channels): one
+  # element per lane, not a vector load at lane 0's (which read the wrong outputs)
+  k = conv2d(1, 64, 7, 7, 32, 1, 1)  # (output channels, pixels, input channels)
+  w = widest(k)
+  opts = [Opt("BLOCK", 0, w), Opt("UPCAST", 1, 0), Opt("UPCAST", 2, 7), Opt("BLOCK", 3, 16), Opt("PACK", 2)]
+  prog = program(k, opts)
+  assert any(u.op == "DEFINE_ACC" and u.vec == w for u in prog.uops)
+  check(k, opts=opts)
+
+
+def test_the_stem_conv_takes_its_output_channels_as_the_vector():
+  # the 7x7 stride-2 stem, 3 input channels: its padded, strided rows made every row vector load lane by lane on a
+  # 16-lane host (a 16 x 8 tile: 2.4 ms at 32x32 on a Cascade Lake), and 8 x 8 with the channels unrolled was slower
+  # than one vector of output channels with a tile of pixels (Zen 4, 224x224: 25.7 and 11.2 -> 5.3 ms; 32x32: 0.57 and
+  # 0.27 -> 0.067 ms)
   k = conv2d(1, 3, 32, 32, 64, 7, 7, stride=2, padding=3)
-  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
-  assert [(o.axis, o.amt) for o in opts if o.op == "UNROLL"] == [(0, 0)], opts
+  kern = Kernel(k, cpu.options())
+  opts = hand_coded_optimizations(kern)
+  assert ("PACK", 2) in [(o.op, o.axis) for o in opts] and not any(u.op == "VBUILD" for u in lower(kern).uops), opts
   check(k, opts=opts)
 
 
