@@ -102,7 +102,7 @@ def _packed_vector(k: Kernel, width: int) -> bool:
     # the accumulators: a tile over the pixel axes, which reuse each packed vector, innermost first, leaving 2 for the
     # next where one follows (a 3x3 conv 256 channels 14x14: 7 x 2 ran 1.5x faster than 14 x 1)
     pixels = [i for i in reversed(range(t.thread_dims + t.block_dims, t.first_reduce))
-              if isinstance(t.full_shape[i], int) and t.full_shape[i] > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
+              if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
     budget = PIXEL_TILE_512 if max(k.options.float_vector_widths, default=4) >= 16 else PIXEL_TILE
     for n, i in enumerate(pixels):
       cap = budget // 2 if n + 1 < len(pixels) else budget

@@ -357,7 +357,8 @@ class _Lowering:
     for l, (ol, a) in zip(self.lanes(self.out_up), accs.items()):
       idx, valid = self.index(self.st_of[out.arg], l)
       valid = land(valid, later)
-      ld = self.emit(UOp(UOps.LOAD, red.dtype, (), (0, _lane0(idx), valid), self.W)) if self._contiguous(idx) else self.gathered(red.dtype, 0, idx, valid)
+      if self._contiguous(idx): ld = self.emit(UOp(UOps.LOAD, red.dtype, (), (0, _lane0(idx), valid), self.W))
+      else: ld = self.gathered(red.dtype, 0, idx, valid)
       new[ol] = self.emit(UOp(UOps.ACC, red.dtype, (a, ld), "ADD", self.W), dedup=False)
     return new
 
@@ -440,7 +441,8 @@ class _Lowering:
         self.emit(UOp(UOps.STORE, None, (v,), (0, _lane0(idx), valid), self.W), dedup=False)
       else:  # a vector axis the output is strided along (_vector_axis): each lane's element
         for j in range(self.W):
-          self.emit(UOp(UOps.STORE, None, (self.emit(UOp(UOps.GEP, self.uops[v].dtype, (v,), j)),), (0, substitute(idx, {LANE: j}), valid)), dedup=False)
+          lane = self.emit(UOp(UOps.GEP, self.uops[v].dtype, (v,), j))
+          self.emit(UOp(UOps.STORE, None, (lane,), (0, substitute(idx, {LANE: j}), valid)), dedup=False)
 
 
 class _Folder:
@@ -582,6 +584,10 @@ def _lane_axes(k: Kernel, axes: list[int], loop_vars: dict) -> Iterator[tuple[in
     yield axis, lv, lambda st, axis=axis, lv=lv: st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))
                                                                for i in range(k.shape_len)])
 
+def _consecutive(at: tuple[sint, sint], lv: Var) -> bool:
+  """Are the lanes of `lv` consecutive elements at an (index, validity), valid together?"""
+  return (aff := affine(at[0], [lv])) is not None and aff[0][0] == 1 and lv not in variables(at[1])
+
 def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]:
   """The output upcast axis to carry as vector lanes: a kernel whose every value can be a vector, a width the ISA has,
   a STORE and CONSTs whose validity does not depend on it; of those, first one the STORE is contiguous along and a LOAD
@@ -592,11 +598,8 @@ def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]
   for axis, lv, at in _lane_axes(k, out_up, loop_vars):
     idx, valid = at(k.sts[0])
     if lv in variables(valid) or any(lv in variables(at(st)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg)): continue
-    def consecutive(st: ShapeTracker) -> bool:
-      i, v = at(st)
-      return (aff := affine(i, [lv])) is not None and aff[0][0] == 1 and lv not in variables(v)
     contiguous = (aff := affine(idx, [lv])) is not None and aff[0][0] == 1
-    if contiguous and any(consecutive(st) for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)): return axis
+    if contiguous and any(_consecutive(at(st), lv) for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)): return axis
     if any(axis in k.pack_axes(j) and lv not in variables(at(k.sts[j])[1]) for j in k.packed): ranked.append((1, axis))
     elif contiguous: ranked.append((2, axis))
   return min(ranked, key=lambda r: r[0])[1] if ranked else None  # the first (innermost) of the best rank
