@@ -4,6 +4,7 @@
   .venv/bin/python bench/fuzz_linearizer.py --per-kernel 3 --builders 0 --max-positions 1000000000000 --timeout 1200
                                                                               # every kernel, 3 schedules each, none skipped
   .venv/bin/python bench/fuzz_linearizer.py --corpus k.jsonl --builders 0 --asan  # only k.jsonl, under AddressSanitizer
+  .venv/bin/python bench/fuzz_linearizer.py --per-kernel 1 --hand-coded       # each kernel's hand-coded schedule + 0-4 opts
   .venv/bin/python bench/fuzz_linearizer.py --replay fuzz_failures/MISMATCH-corpus_sops_7046-1a2b3c4d.json
 
 Each case (linearizer.fuzz) is a kernel, 0-4 random opts the Kernel accepted (drawn among the device's ops and, now
@@ -47,6 +48,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--asan", action="store_true", help="compile with AddressSanitizer, run with its runtime preloaded")
   p.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
   p.add_argument("--max-positions", type=int, default=20_000_000, help="skip bigger kernels (default 20,000,000)")
+  p.add_argument("--hand-coded", action="store_true", help="each case's random opts follow the hand-coded schedule's")
   p.add_argument("--min-positions", type=int, default=0, help="skip smaller kernels (a run of only the big ones)")
   p.add_argument("--out", default="fuzz_failures", help="directory for replay files (default fuzz_failures/)")
   p.add_argument("--replay", metavar="FILE", help="run one replay file again; exit 0 if it passes now")
@@ -61,7 +63,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); "
         f"{args.cases} cases, seed {args.seed}, {args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
-  with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions) as pool:
+  with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions, args.hand_coded) as pool:
     counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress)
   t2 = time.perf_counter()
   print(table(counts))

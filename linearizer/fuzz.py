@@ -12,6 +12,7 @@ from typing import Mapping, Optional
 from linearizer import builders as B
 from linearizer.ast import KernelAST
 from linearizer.dtypes import DTYPES
+from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt, OptError, OptOp, allowed_ops
 from linearizer.options import LinearizerOptions
 
@@ -52,7 +53,7 @@ class Case:
   def from_json(d: dict) -> Case:
     return Case(d["kernel"], None if d["opts"] is None else [Opt.from_json(o) for o in d["opts"]], d["var_vals"], d["seed"], d.get("label", ""),
                 Outcome(d["status"]) if d.get("status") else None, d.get("message", ""),
-                {k: d[k] for k in ("device", "asan", "max_positions") if k in d})
+                {k: d[k] for k in ("device", "asan", "max_positions", "hand_coded") if k in d})
 
 
 def draw_var_vals(k: KernelAST, rng: random.Random, max_positions: int) -> dict[str, int]:
@@ -63,12 +64,12 @@ def draw_var_vals(k: KernelAST, rng: random.Random, max_positions: int) -> dict[
   return vv
 
 def draw_opts(k: Kernel, rng: random.Random) -> list[Opt]:
-  """Apply random opts to k until 0-4 are applied, drawing now and then from the ops the device lacks; returns them.
+  """Apply random opts to k until 0-4 more are applied, drawing now and then from the ops the device lacks; returns all.
   An opt the Kernel accepts but must not (an op the device lacks) or that crashes it is kept: running the case
   reports it."""
   allowed = allowed_ops(k.options)
   illegal, nodes = [op for op in OptOp if op not in allowed], len(k.ast.nodes)
-  want = rng.randint(0, MAX_OPTS)
+  want = len(k.applied_opts) + rng.randint(0, MAX_OPTS)
   for _ in range(MAX_DRAWS):
     if len(k.applied_opts) >= want: break
     # UPCASTMID fits only a grouped axis it divides: offered often once there is one
@@ -86,11 +87,14 @@ def draw_opts(k: Kernel, rng: random.Random) -> list[Opt]:
     if math.prod(k.upcast_shape) * nodes > MAX_LANE_NODES: k = Kernel(k.ast, k.options).apply_opts(k.applied_opts[:-1])
   return k.applied_opts
 
-def draw_case(case: Case, k: KernelAST, options: LinearizerOptions, max_positions: int) -> Case:
-  """The undrawn case drawn for k, its kernel: variable values and a schedule from its seed (the data's seed too)."""
+def draw_case(case: Case, k: KernelAST, options: LinearizerOptions, max_positions: int, hand_coded: bool = False) -> Case:
+  """The undrawn case drawn for k, its kernel: variable values and a schedule from its seed (the data's seed too); with
+  `hand_coded`, the random opts follow the hand-coded schedule's (what runs untuned, and the search's start)."""
   rng = random.Random(case.seed)
   vv = draw_var_vals(k, rng, max_positions)
-  return Case(case.doc, draw_opts(Kernel(k.rebased(), options), rng), vv, case.seed, case.label)
+  kern = Kernel(k.rebased(), options)
+  if hand_coded: hand_coded_optimizations(kern)
+  return Case(case.doc, draw_opts(kern, rng), vv, case.seed, case.label)
 
 
 # ---------------------------------------------------------------- random kernels from the builders

@@ -61,7 +61,7 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
   return (Outcome.MISMATCH, msg) if (msg := compare(k, bufs, want, vv)) else (Outcome.PASS, "")
 
 
-def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeout: float) -> None:
+def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeout: float, hand_coded: bool) -> None:
   """Cases in, messages out: ("case", Case) once it is drawn, ("compiled", CPU seconds), ("run",) as the program starts,
   ("done", status, message)."""
   os.environ.pop("LD_PRELOAD", None)  # an ASan runtime is loaded by now; the compilers this process starts must not get it
@@ -72,7 +72,7 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeo
     try:
       if case.opts is None:
         if (key := json.dumps(case.doc)) not in parsed: parsed[key] = load(case.doc)
-        case = draw_case(case, parsed[key], options, max_positions)
+        case = draw_case(case, parsed[key], options, max_positions, hand_coded)
         conn.send(("case", case))
       status, msg = execute(case, device, flags, lambda: conn.send(("run",)), lambda s: conn.send(("compiled", s)), timeout)
     except Exception:
@@ -85,7 +85,8 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeo
 class _Worker:
   def __init__(self, pool: Pool):
     self.conn, child = get_context("spawn").Pipe()
-    self.proc = get_context("spawn").Process(target=_worker, args=(child, pool.device, pool.flags, pool.max_positions, pool.timeout), daemon=True)
+    args = (child, pool.device, pool.flags, pool.max_positions, pool.timeout, pool.hand_coded)
+    self.proc = get_context("spawn").Process(target=_worker, args=args, daemon=True)
     with pool.env(): self.proc.start()  # spawn hands this process's environment on
     child.close()
     self.case: Optional[Case] = None
@@ -100,8 +101,9 @@ class Pool:
   """`jobs` spawned workers, one case at a time each. A worker that dies (a signal, an ASan abort) or runs a case past
   `timeout` seconds fails that case only and is replaced. With `asan`, kernels are compiled with ASAN_FLAGS and the
   workers preload the ASan runtime; its reports land in the failing case's message."""
-  def __init__(self, jobs: int = 2, device: str = "CPU", asan: bool = False, timeout: float = 60.0, max_positions: int = 20_000_000):
-    self.device, self.asan, self.timeout, self.max_positions = device, asan, timeout, max_positions
+  def __init__(self, jobs: int = 2, device: str = "CPU", asan: bool = False, timeout: float = 60.0, max_positions: int = 20_000_000,
+               hand_coded: bool = False):
+    self.device, self.asan, self.timeout, self.max_positions, self.hand_coded = device, asan, timeout, max_positions, hand_coded
     self.flags = registry.get(device).DEFAULT_FLAGS + (ASAN_FLAGS if asan else ())
     self.env_vars: dict[str, str] = {}
     if asan:
@@ -166,7 +168,8 @@ class Pool:
         busy.remove(w)
         case = w.case
         case.status, case.message = result
-        case.extra = {"device": self.device, "asan": self.asan, "max_positions": self.max_positions}  # what a replay needs to draw alike
+        case.extra = {"device": self.device, "asan": self.asan, "max_positions": self.max_positions,  # what a replay needs to draw alike
+                      "hand_coded": self.hand_coded}
         if not w.proc.is_alive():  # a fresh worker in its place
           self._end(w)
           self.workers[self.workers.index(w)] = w = _Worker(self)
@@ -260,7 +263,8 @@ def replay(path: str, print_source: bool, timeout: float) -> int:
     dev = registry.get(device)
     try: print(dev.render(lower(Kernel(load(case.doc).rebased(), dev.options()).apply_opts(case.opts))))
     except Exception as e: print(f"(no source: {type(e).__name__}: {e})")
-  with Pool(1, device, bool(case.extra.get("asan")), timeout, case.extra.get("max_positions", 20_000_000)) as pool:
+  extra = case.extra
+  with Pool(1, device, bool(extra.get("asan")), timeout, extra.get("max_positions", 20_000_000), bool(extra.get("hand_coded"))) as pool:
     (got,) = pool.run([case])
   if got.compile_s is not None: print(f"compile: {got.compile_s:.1f} s of compiler CPU")
   print(f"{got.status}" + (f": {got.message.strip()}" if got.message else ""))

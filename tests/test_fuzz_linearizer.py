@@ -7,7 +7,8 @@ from typing import Optional
 import pytest
 from devices import cpu
 from linearizer import builders as B
-from linearizer.fuzz import Case, draw_opts, draw_var_vals, positions
+from linearizer.fuzz import Case, draw_case, draw_opts, draw_var_vals, positions
+from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt, OptError
 
 import fuzz_harness as F
@@ -26,6 +27,16 @@ def planted_cc(tmp_path: Path, first: str = "", last: str = "") -> dict[str, str
 def fuzz_script(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_linearizer.py"), *args], capture_output=True, text=True,
                         cwd=ROOT, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_hand_coded_cases_are_the_hand_coded_schedule_and_random_opts_after_it():
+  # the schedule that runs untuned, fuzzed: each case starts with it (and replays alike: the flag travels in the case)
+  k = B.conv2d(1, 8, 12, 12, 32, 3, 3, padding=1)
+  hand = hand_coded_optimizations(Kernel(k.rebased(), cpu.options()))
+  drawn = [draw_case(Case(k.to_json(), None, None, seed), k, cpu.options(), 10**6, hand_coded=True) for seed in range(8)]
+  assert all(c.opts[:len(hand)] == hand for c in drawn) and any(len(c.opts) > len(hand) for c in drawn)
+  with F.Pool(jobs=1, hand_coded=True) as pool: done = list(pool.run([Case(k.to_json(), None, None, 3, "conv")]))
+  assert done[0].status == "PASS" and done[0].opts[:len(hand)] == hand and Case.from_json(done[0].to_json()).extra["hand_coded"]
 
 
 @pytest.mark.slow
