@@ -4,10 +4,10 @@ from __future__ import annotations
 import math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
-from linearizer.kernel import Kernel, Opt, OptError, OptOp
-from linearizer.lower import vector_widths
+from linearizer.kernel import MAX_UPCAST, Kernel, Opt, OptError, OptOp
+from linearizer.vectors import vector_widths
 from linearizer.shapetracker import affine
-from linearizer.symbolic import Node, Var, smax, variables
+from linearizer.symbolic import Node, Var, sint, smax, variables
 
 def _try(k: Kernel, opt: Opt) -> bool:
   try: k.apply_opt(opt)
@@ -37,6 +37,7 @@ BLOCK_K = BLOCK_N = 256
 # _packed_vector's accumulators (vectors), leaving registers for the packed vector and a broadcast: 14 of AVX-512's 32
 # (1x1 conv 256->64 56x56, Zen 4: 14 pixels 86, 16 pixels 62 GFLOP/s); 12 of AVX2's 16, as BLAS kernels there keep
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
+WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 
 def _group_reduce(k: Kernel) -> bool:
   """Split the reduce over the work-items of a work-group where one work-item per output would starve the device."""
@@ -74,16 +75,30 @@ def _tensor_cores(k: Kernel) -> bool:
     for axis in (n, m): _try(k, Opt(op, axis, 2))
   return True
 
+def _indexing(k: Kernel) -> tuple[list[Var | None], list[tuple[sint, sint]]]:
+  """A variable for each axis of int size over 1, and each LOAD's (index, validity) in them."""
+  vs = [Var(f"_v{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(k.full_shape)]
+  return vs, [st.expr_idxs([0 if st.shape[i] == 1 or x is None else x for i, x in enumerate(vs)])
+              for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)]
+
 def _clean_vector(k: Kernel, axis: int) -> bool:
   """Does a LOAD read output axis `axis` as consecutive elements valid together: a vector load, not lanes gathered or
   masked (a padded conv's rows are masked at the image's edges, a strided conv's rows strided)?"""
-  vs = [Var(f"_v{i}", 0, s - 1) if isinstance(s, int) and s > 1 else None for i, s in enumerate(k.full_shape)]
-  if (v := vs[axis]) is None: return False
-  for a, st in zip(k.leaves[1:], k.sts[1:]):
-    if isinstance(a, ConstArg): continue
-    idx, valid = st.expr_idxs([0 if st.shape[i] == 1 or x is None else x for i, x in enumerate(vs)])
-    if (aff := affine(idx, [v])) is not None and aff[0][0] == 1 and v not in variables(valid): return True
-  return False
+  vs, loads = _indexing(k)
+  return (v := vs[axis]) is not None and any((aff := affine(idx, [v])) is not None and aff[0][0] == 1 and v not in variables(valid)
+                                             for idx, valid in loads)
+
+def _shared_window(k: Kernel, pixel: int, column: int) -> bool:
+  """Do neighbouring pixels read each other's inputs at neighbouring window columns (a LOAD's index steps alike along
+  both axes: a stride-1 conv's input along its row and its window's row)?"""
+  vs, loads = _indexing(k)
+  if (p := vs[pixel]) is None or (c := vs[column]) is None: return False
+  return any((a := affine(idx, [p])) is not None and (b := affine(idx, [c])) is not None and a[0][0] == b[0][0] != 0 for idx, _ in loads)
+
+def _tile_part(k: Kernel, axes: list[int], n: int, budget: int) -> int | None:
+  """The largest divisor of axes[n]'s size within `budget` accumulators, or half of it where another axis follows."""
+  cap = budget // 2 if n + 1 < len(axes) else budget
+  return max((d for d in range(2, cap + 1) if smax(k.full_shape[axes[n]]) % d == 0), default=None)
 
 def _packed_vector(k: Kernel, width: int) -> bool:
   """CPUs, a reduce whose output's contiguous axis is no clean vector (a padded or strided conv's rows, 14 or 28 wide):
@@ -100,16 +115,20 @@ def _packed_vector(k: Kernel, width: int) -> bool:
     t = k.copy()
     if not ((size == width or _try(t, Opt(OptOp.BLOCK, axis, width))) and _try(t, Opt(OptOp.UPCAST, axis + t.block_dims - k.block_dims, 0))): continue
     # the accumulators: a tile over the pixel axes, which reuse each packed vector, innermost first, leaving 2 for the
-    # next where one follows (a 3x3 conv 256 channels 14x14: 7 x 2 ran 1.5x faster than 14 x 1)
+    # next where one follows (a 3x3 conv 256 channels 14x14: 7 x 2 ran 1.5x faster than 14 x 1); but where neighbouring
+    # pixels share their inputs along a short window row (the innermost reduce), a row of pixels with the window's row
+    # unrolled beside it (7 pixels x 3 columns read 9 inputs: 3x3 convs, stride 1, 1.1-1.4x faster than 7 x 2 pixels;
+    # stride 2 shares less, and was slower so)
     pixels = [i for i in reversed(range(t.thread_dims + t.block_dims, t.first_reduce))
               if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
+    last = t.shape_len - t.upcasted - 1
     budget = PIXEL_TILE_512 if max(k.options.float_vector_widths, default=4) >= 16 else PIXEL_TILE
-    for n, i in enumerate(pixels):
-      cap = budget // 2 if n + 1 < len(pixels) else budget
-      amt = max((d for d in range(2, cap + 1) if smax(t.full_shape[i]) % d == 0), default=None)
-      if amt is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
-    if not all(_try(t, Opt(OptOp.PACK, j)) for j in packed):
-      continue
+    window = bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and t.is_reduce_axis(last) and \
+      isinstance(w := t.full_shape[last], int) and w <= WINDOW and _shared_window(t, pixels[0], last)
+    for n, i in enumerate(pixels[:1] if window else pixels):
+      if (amt := _tile_part(t, pixels, n, budget)) is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
+    if window: _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, 0))
+    if not all(_try(t, Opt(OptOp.PACK, j)) for j in packed): continue
     k.apply_opts(t.applied_opts[len(k.applied_opts):])
     return True
   return False
@@ -200,7 +219,11 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     size = k.full_shape[last]
     if isinstance(size, int):
       vector = [widest] if vector_reduce and _upcast_budget(k) == 1 else []
-      amts = ([0] if size <= 16 else []) + vector + ([2] if _upcast_budget(k) >= tile // 2 else [8, 4])
+      # (whole within MAX_UPCAST elements first; past them, where the Kernel counts vectors (kernel.MAX_VECTORS), only
+      # where nothing else divides: an odd window's 3 or 7 beside a 128-lane tile, 2.5-20x faster than its loop, while a
+      # 6-long reduce whole lost its cache blocks and ran 7x slower than unrolled by 2, sops_3201)
+      amts = ([0] if size <= 16 and _upcast_budget(k) * size <= MAX_UPCAST else []) + vector + \
+        ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]) + ([0] if size <= 16 else [])
       if not any(_try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt)) for amt in amts):
         next((a for a in reversed(range(k.first_reduce, last)) if k.is_reduce_axis(a) and isinstance(n := k.full_shape[a], int) and
               1 < n <= 16 and _try(k, Opt(OptOp.UNROLL, a - k.first_reduce, 0))), None)

@@ -9,7 +9,8 @@ import json, math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DTYPES, DType, bool_
-from linearizer.lower import LANE, Program, UOps, lane_by_lane, lane_loads
+from linearizer.lower import LANE, Program, UOps, lane_loads
+from linearizer.vectors import lane_by_lane
 from linearizer.shapetracker import affine
 from linearizer.symbolic import Var, add, evaluate, mod, parse, render, substitute, variables
 from linearizer.tensor_cores import TensorCore, opencl_wmma

@@ -10,7 +10,8 @@ from linearizer.compare import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8, uint16
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
-from linearizer.lower import LANE, lower, vector_widths
+from linearizer.lower import LANE, lower
+from linearizer.vectors import vector_widths
 from linearizer.symbolic import variables
 from devices import cpu, cuda, hip, opencl, registry
 from tunesvc.runtime import compile_kernel, run_kernel
@@ -191,9 +192,9 @@ def test_a_conv_tile_reuses_its_input_rows_across_output_channels():
 
 def test_a_padded_or_strided_convs_vector_is_its_output_channels_with_the_weights_packed():
   # its rows are no clean vector (masked at the padding, strided): the output channels are, one vector a block, the
-  # weights packed with the channels innermost (a vector load each), the input a broadcast, a tile of 8 x 2 pixels
-  # reusing each weight vector, each lane stored alone after the reduce (3x3 256 channels 14x14 on Zen 4, 1 thread:
-  # 8.9 -> 48 GFLOP/s)
+  # weights packed with the channels innermost (a vector load each), the input a broadcast, a tile of pixels reusing
+  # each weight vector, each lane stored alone after the reduce (3x3 256 channels 14x14 on Zen 4, 1 thread: 8.9 -> 48
+  # GFLOP/s)
   for stride in (1, 2):
     k = conv2d(1, 8, 32, 32, 64, 3, 3, stride=stride, padding=1)
     kern = Kernel(k, cpu.options())
@@ -201,6 +202,8 @@ def test_a_padded_or_strided_convs_vector_is_its_output_channels_with_the_weight
     opts = hand_coded_optimizations(kern)
     applied = [(o.op, o.axis, o.amt) for o in opts]
     assert applied[:2] == [("BLOCK", 0, w), ("UPCAST", 1, 0)] and ("PACK", 2, None) in applied, opts
+    # stride 1: neighbouring pixels share inputs along the window's row, unrolled beside a row of pixels; stride 2: 2-D tile
+    assert [o.op for o in opts[2:4]] == (["UPCAST", "UNROLL"] if stride == 1 else ["UPCAST", "UPCAST"]), opts
     prog = lower(kern)
     assert any(u.op == "DEFINE_ACC" and u.vec == w for u in prog.uops)
     assert any(u.op == "LOAD" and u.vec == w and u.arg[0] == "pack2" for u in prog.uops)

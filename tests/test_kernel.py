@@ -92,8 +92,17 @@ def test_thread_is_one_split_of_a_global_axis():
 
 
 def test_upcasts_are_capped():
-  k = Kernel(matmul(64, 64, 64), CPU).apply_opts([Opt("UPCAST", 0, 16), Opt("UPCAST", 1, 16)])
-  with pytest.raises(OptError, match="exceed"): k.apply_opt(Opt("UNROLL", 0, 2))
+  # MAX_UPCAST elements; on a CPU, where an upcast axis is as wide as a vector, MAX_VECTORS vectors (one register each),
+  # but not on a GPU (a work-item's vector is a register a lane) nor for a kernel whose lanes cannot be vectors
+  k = Kernel(matmul(64, 64, 64), CPU).apply_opts([Opt("UPCAST", 0, 16), Opt("UPCAST", 1, 16)])  # 256 elements, 16 vectors
+  k.apply_opt(Opt("UNROLL", 0, 4))  # 64 vectors
+  with pytest.raises(OptError, match="64 vectors of 16 lanes"): k.apply_opt(Opt("UNROLL", 0, 2))
+  with pytest.raises(OptError, match="exceed 256 elements$"):
+    Kernel(matmul(64, 64, 64), CPU).apply_opts([Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 32)])  # no axis a vector's width: 1024 scalars
+  g = Kernel(matmul(64, 64, 64), GPU).apply_opts([Opt("UPCAST", 0, 16), Opt("UPCAST", 1, 16)])
+  with pytest.raises(OptError, match="exceed 256 elements$"): g.apply_opt(Opt("UNROLL", 0, 2))
+  f16 = Kernel(matmul(64, 64, 64, dtype=DTYPES["float16"]), CPU).apply_opts([Opt("UPCAST", 0, 16), Opt("UPCAST", 1, 16)])  # scalar MULs
+  with pytest.raises(OptError, match="exceed 256 elements$"): f16.apply_opt(Opt("UNROLL", 0, 2))
 
 
 def test_padding_a_reduce_is_legal_only_where_zeros_keep_the_result():
