@@ -1,5 +1,5 @@
 """The store on SQLite and on the real PostgreSQL (a fresh schema per test): submit, claims, leases, reports, best."""
-import json, multiprocessing, os, threading, time, uuid
+import json, multiprocessing, os, sqlite3, threading, time, uuid
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -12,6 +12,7 @@ from linearizer.builders import matmul, reduce
 from search_results import CUDA_FP, CUDA_HASH, CUDA_OPTIONS, cpu_fingerprint, cpu_options, example, examples, search_result
 from search.result import SeedSource
 from linearizer.alike import sizes, structure
+import tunesvc.store
 from tunesvc.store import Store, proof, queue, reads
 from tunesvc.store.migrate import alembic_config
 from tunesvc.states import JobKind, JobState, ResultStatus, WorkerState
@@ -246,6 +247,43 @@ def test_a_claim_on_postgresql_skips_a_job_another_transaction_holds(pg_store):
     t.join(10)
     assert got and got[0][0].id == b.id
     held.rollback()
+
+
+def hold_write_lock(db: str, stop: threading.Event, commit_every_s: float | None) -> threading.Thread:
+  """Another writer on `db` holding its write lock till `stop` is set: committing a change every `commit_every_s` and
+  taking the lock again at once (a gap of microseconds SQLite's polling busy handler all but never hits), or never committing."""
+  c = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+  c.execute("CREATE TABLE IF NOT EXISTS beat (t REAL)")
+  c.execute("BEGIN IMMEDIATE")
+  def hold():
+    while not stop.wait(commit_every_s):
+      c.execute("INSERT INTO beat VALUES (?)", (time.time(),))
+      c.execute("COMMIT")
+      c.execute("BEGIN IMMEDIATE")
+    c.execute("COMMIT")
+    c.close()
+  (t := threading.Thread(target=hold)).start()
+  return t
+
+def test_a_sqlite_writer_waits_while_other_writers_commit_and_fails_only_on_a_stuck_one(tmp_path, monkeypatch):
+  """The write lock held briefly, again and again, for 5 busy timeouts: the writer waits it out (before, SQLite's busy
+  handler gave up after one busy timeout of missed retries: "database is locked" with 8 processes racing on a loaded
+  machine). Held with no commit for a whole busy timeout: a stuck holder, and the writer fails (the API's 503)."""
+  monkeypatch.setattr(tunesvc.store, "BUSY_TIMEOUT_MS", 300)
+  st, db, stop = Store(f"sqlite:///{tmp_path}/tunesvc.db"), f"{tmp_path}/tunesvc.db", threading.Event()
+  holder = hold_write_lock(db, stop, commit_every_s=0.05)
+  threading.Timer(1.5, stop.set).start()
+  queue.submit(st, [example("sum_all")], "CPU", {})
+  assert stop.is_set() and count(st, Job) == 1  # it got the lock once the holder let it go
+  holder.join()
+  stop.clear()
+  holder = hold_write_lock(db, stop, commit_every_s=None)
+  try:
+    with pytest.raises(OperationalError, match="database is locked"): queue.submit(st, [example("matmul_512")], "CPU", {})
+  finally:
+    stop.set()
+    holder.join()
+  st.close()
 
 
 def racer(url: str, fp: dict, h: str, start, out) -> None:

@@ -1,17 +1,21 @@
 """The store: kernels, jobs, measurements, results and workers, in SQLite under the user's data dir by default or in
 PostgreSQL (a `postgresql+psycopg://` URL). `queue` changes jobs, `reads` answers questions."""
 from __future__ import annotations
-import contextlib
+import contextlib, time
 from pathlib import Path
 from typing import Iterator
 import platformdirs
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from tunesvc.store.migrate import upgrade
 
-# busy_timeout: how long a writer waits for another's write lock before the API answers 503 (writes take milliseconds)
-SQLITE_PRAGMAS = ("journal_mode=WAL", "busy_timeout=5000", "foreign_keys=ON", "synchronous=NORMAL")
+# busy_timeout: how long a writer waits for the write lock while no other writer commits (writes take milliseconds: a holder
+# that keeps it this long is stuck, and the API answers 503); MAX_WRITE_WAIT_S: how long while others commit (begin_write)
+BUSY_TIMEOUT_MS = 5000
+MAX_WRITE_WAIT_S = 60.0
+SQLITE_PRAGMAS = ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
 
 
 def default_url() -> str:
@@ -28,13 +32,30 @@ def make_engine(url: str) -> Engine:
   @event.listens_for(engine, "connect")
   def connect(dbapi_conn, _):
     dbapi_conn.isolation_level = None  # the driver's own BEGIN is deferred; we send ours
-    for p in SQLITE_PRAGMAS: dbapi_conn.execute(f"PRAGMA {p}")
+    for p in (f"busy_timeout={BUSY_TIMEOUT_MS}", *SQLITE_PRAGMAS): dbapi_conn.execute(f"PRAGMA {p}")  # the wait first: WAL may wait too
   @event.listens_for(engine, "begin")
   def begin(conn):
     # a writer takes the write lock up front: two deferred transactions that both go on to write would deadlock
     # (SQLite then fails one at once, busy_timeout or not); IMMEDIATE makes them queue instead
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+    if conn.get_execution_options().get("write"): begin_write(conn)
+    else: conn.exec_driver_sql("BEGIN")
   return engine
+
+
+def begin_write(conn: Connection) -> None:
+  """BEGIN IMMEDIATE, waiting for the write lock as long as other writers go on committing. SQLite's busy handler sleeps
+  and retries (every 100 ms after the first few): among many writers one can miss every moment the lock was free for a
+  whole busy_timeout though no writer held it long (8 processes on a loaded machine: "database is locked"). So a writer
+  gives up only where nothing was committed during a whole busy_timeout (a holder that is stuck), or after MAX_WRITE_WAIT_S."""
+  end = time.monotonic() + MAX_WRITE_WAIT_S
+  while True:
+    seen = conn.exec_driver_sql("PRAGMA data_version").scalar()  # changes when another connection commits a change
+    try:
+      conn.exec_driver_sql("BEGIN IMMEDIATE")
+      return
+    except OperationalError as e:
+      stuck = conn.exec_driver_sql("PRAGMA data_version").scalar() == seen
+      if "locked" not in str(e.orig) or stuck or time.monotonic() > end: raise
 
 
 class Store:
