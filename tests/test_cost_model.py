@@ -102,9 +102,16 @@ def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_bea
   beam = tune(ast, settings=SearchSettings.from_json(common))
   model = tune(ast, settings=SearchSettings.from_json(dict(common, strategy="model", measure_top=4)))
   assert model.settings["strategy"] == "model" and beam.settings["strategy"] == "beam"
-  assert len(model.candidates) < len(beam.candidates)
+  # fewer a round, not in all: how many rounds each runs is a matter of measured times (a round that gains under 1% ends a
+  # search), which a busy machine moves (50 against 48 in all once); what a round measures is the strategy's (the
+  # deterministic test above compares the totals on the same timings). Round 1 measures every child of the seeds in
+  # both; in a round the model ranks it measures 4, where the beam measures every child of its members (whole rounds:
+  # not one the budget cut short)
   ranked = [r for r in range(1, 40) if sum(c.round < r for c in model.candidates) >= MIN_TRAIN and any(c.round == r for c in model.candidates)]
-  assert ranked and all(sum(c.round == r for c in model.candidates) <= 4 for r in ranked)  # the model ranked at least one round
+  def per_round(res, r: int) -> int: return sum(c.round == r for c in res.candidates)
+  whole = [r for r in ranked if per_round(beam, r) and (len(beam.candidates) < 100 or r < max(c.round for c in beam.candidates))]
+  assert ranked and all(per_round(model, r) <= 4 for r in ranked)  # the model ranked at least one round
+  assert whole and all(per_round(beam, r) > 4 for r in whole)
   assert model.verified and model.best_s <= model.baseline_s
   # the winner, independently: its schedule on the original kernel, on random data, output poisoned, against the reference
   win = Kernel(ast, cpu.options()).apply_opts([Opt.from_json(o) for o in model.best_opts])
