@@ -16,7 +16,7 @@ the seed. A case ends as
   ILLEGAL_OPT    the Kernel accepted an op the device lacks
   OPT_ERROR      the Kernel accepted the opts, then lowering or rendering raised OptError (or, replayed, it rejects them)
   COMPILE_ERROR  the C compiler rejected the source
-  RUN_ERROR      the program crashed (a signal, an ASan report) or ran past --timeout
+  RUN_ERROR      the program crashed (a signal, an ASan report) or ran past --timeout (or --cpu-timeout)
   ERROR          anything else raised in our Python (a traceback), or a worker lost before the program ran
 The cases run in spawned worker processes, one case at a time each, so a crash takes down only its worker, which is
 replaced. Every failure is written to --out as a JSON replay file; --replay runs one again (in a worker too).
@@ -47,6 +47,8 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
   p.add_argument("--asan", action="store_true", help="compile with AddressSanitizer, run with its runtime preloaded")
   p.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
+  p.add_argument("--cpu-timeout", type=float, metavar="S", help="CPU seconds per case (its worker and the compilers it ran): a limit a busy "
+                 "machine does not stretch; --timeout then only catches a case that hangs without using CPU")
   p.add_argument("--max-positions", type=int, default=20_000_000, help="skip bigger kernels (default 20,000,000)")
   p.add_argument("--hand-coded", action="store_true", help="each case's random opts follow the hand-coded schedule's")
   p.add_argument("--min-positions", type=int, default=0, help="skip smaller kernels (a run of only the big ones)")
@@ -55,7 +57,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--print-source", action="store_true", help="with --replay: print the generated source")
   p.add_argument("--progress", type=int, default=0, metavar="N", help="print the counts so far every N cases")
   args = p.parse_args(argv)
-  if args.replay: return replay(args.replay, args.print_source, args.timeout)
+  if args.replay: return replay(args.replay, args.print_source, args.timeout, args.cpu_timeout)
   t0 = time.perf_counter()
   kernels, skipped = kernel_pool(args.corpus or [str(CORPUS), str(EXAMPLES)], args.builders, args.seed, args.max_positions, args.min_positions)
   if not kernels: raise SystemExit("no kernels to fuzz")
@@ -63,7 +65,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); "
         f"{args.cases} cases, seed {args.seed}, {args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
-  with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions, args.hand_coded) as pool:
+  with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions, args.hand_coded, cpu_timeout=args.cpu_timeout) as pool:
     counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress)
   t2 = time.perf_counter()
   print(table(counts))

@@ -62,7 +62,7 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
 
 
 def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeout: float, hand_coded: bool) -> None:
-  """Cases in, messages out: ("case", Case) once it is drawn, ("compiled", CPU seconds), ("run",) as the program starts,
+  """Cases in, messages out: ("case", Case) as it starts, drawn, ("compiled", CPU seconds), ("run",) as the program starts,
   ("done", status, message)."""
   os.environ.pop("LD_PRELOAD", None)  # an ASan runtime is loaded by now; the compilers this process starts must not get it
   die_with_parent()  # a case may run for minutes: a killed fuzzer must not leave it running
@@ -73,7 +73,7 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeo
       if case.opts is None:
         if (key := json.dumps(case.doc)) not in parsed: parsed[key] = load(case.doc)
         case = draw_case(case, parsed[key], options, max_positions, hand_coded)
-        conn.send(("case", case))
+      conn.send(("case", case))  # drawn: the case's clocks start (not with the worker's imports, before its first)
       status, msg = execute(case, device, flags, lambda: conn.send(("run",)), lambda s: conn.send(("compiled", s)), timeout)
     except Exception:
       status, msg = Outcome.ERROR, traceback.format_exc()
@@ -81,6 +81,12 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeo
 
 
 # ---------------------------------------------------------------- the pool
+
+def _process_cpu_s(pid: int) -> float:
+  """CPU seconds of process `pid` (every thread: PoCL and NVRTC compile in it) and of the children it waited for (gcc)."""
+  try: return sum(int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]) / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError): return 0.0  # gone: its death is the case's result
+
 
 class _Worker:
   def __init__(self, pool: Pool):
@@ -90,20 +96,31 @@ class _Worker:
     with pool.env(): self.proc.start()  # spawn hands this process's environment on
     child.close()
     self.case: Optional[Case] = None
-    self.running, self.since = False, 0.0
+    self.running, self.since, self.cpu_since = False, 0.0, 0.0
 
   def start(self, case: Case) -> None:
-    self.case, self.running, self.since = case, False, time.monotonic()
+    self.case, self.running = case, False
+    self.started()
     self.conn.send(case)
+
+  def started(self) -> None:
+    """The case's clocks start: as it is sent, and again as the worker starts it (after its imports and the drawing)."""
+    self.since, self.cpu_since = time.monotonic(), _process_cpu_s(self.proc.pid)
+
+  def cpu_s(self) -> float: return _process_cpu_s(self.proc.pid) - self.cpu_since
 
 
 class Pool:
   """`jobs` spawned workers, one case at a time each. A worker that dies (a signal, an ASan abort) or runs a case past
-  `timeout` seconds fails that case only and is replaced. With `asan`, kernels are compiled with ASAN_FLAGS and the
-  workers preload the ASan runtime; its reports land in the failing case's message."""
+  `timeout` seconds fails that case only and is replaced; with `cpu_timeout`, also one whose case used more CPU seconds
+  than that (its process and the compilers it waited for): a limit a busy machine does not move, where a compile that
+  takes 20 CPU-s quiet ran past 120 s of wall time at load 14; `timeout` then only catches a case that hangs without
+  using CPU. With `asan`, kernels are compiled with ASAN_FLAGS and the workers preload the ASan runtime; its reports land
+  in the failing case's message."""
   def __init__(self, jobs: int = 2, device: str = "CPU", asan: bool = False, timeout: float = 60.0, max_positions: int = 20_000_000,
-               hand_coded: bool = False):
+               hand_coded: bool = False, cpu_timeout: Optional[float] = None):
     self.device, self.asan, self.timeout, self.max_positions, self.hand_coded = device, asan, timeout, max_positions, hand_coded
+    self.cpu_timeout = cpu_timeout
     self.flags = registry.get(device).DEFAULT_FLAGS + (ASAN_FLAGS if asan else ())
     self.env_vars: dict[str, str] = {}
     if asan:
@@ -129,15 +146,19 @@ class Pool:
     with contextlib.suppress(EOFError, OSError):
       while w.conn.poll():
         msg = w.conn.recv()
-        if msg[0] == "case": w.case, w.since = msg[1], time.monotonic()
+        if msg[0] == "case":
+          w.case = msg[1]
+          w.started()
         elif msg[0] == "run": w.running = True
         elif msg[0] == "compiled": w.case.compile_s = msg[1]
         else: return msg[1], msg[2]
     where = "running the program" if w.running else "before the program ran"
-    if time.monotonic() - w.since > self.timeout:
+    over = f"timed out after {self.timeout:g} s" if time.monotonic() - w.since > self.timeout else \
+           f"used over {self.cpu_timeout:g} CPU-s" if self.cpu_timeout and w.cpu_s() > self.cpu_timeout else None
+    if over:
       w.proc.kill()
       w.proc.join()
-      return (Outcome.RUN_ERROR if w.running else Outcome.ERROR), f"timed out after {self.timeout:g} s {where}"
+      return (Outcome.RUN_ERROR if w.running else Outcome.ERROR), f"{over} {where}"
     if w.proc.is_alive(): return None
     w.proc.join()
     code = w.proc.exitcode
@@ -255,7 +276,7 @@ def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out
   return counts
 
 
-def replay(path: str, print_source: bool, timeout: float) -> int:
+def replay(path: str, print_source: bool, timeout: float, cpu_timeout: Optional[float] = None) -> int:
   case = Case.from_json(json.loads(Path(path).read_text()))
   device = case.extra.get("device", "CPU")
   print(f"replay {describe(case)} on {device}{' with ASan' if case.extra.get('asan') else ''}; recorded {case.status or '-'}")
@@ -264,7 +285,8 @@ def replay(path: str, print_source: bool, timeout: float) -> int:
     try: print(dev.render(lower(Kernel(load(case.doc).rebased(), dev.options()).apply_opts(case.opts))))
     except Exception as e: print(f"(no source: {type(e).__name__}: {e})")
   extra = case.extra
-  with Pool(1, device, bool(extra.get("asan")), timeout, extra.get("max_positions", 20_000_000), bool(extra.get("hand_coded"))) as pool:
+  with Pool(1, device, bool(extra.get("asan")), timeout, extra.get("max_positions", 20_000_000), bool(extra.get("hand_coded")),
+            cpu_timeout) as pool:
     (got,) = pool.run([case])
   if got.compile_s is not None: print(f"compile: {got.compile_s:.1f} s of compiler CPU")
   print(f"{got.status}" + (f": {got.message.strip()}" if got.message else ""))

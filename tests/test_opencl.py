@@ -49,7 +49,10 @@ def test_gpu_schedules_match_the_reference(k, opts):
 @pytest.mark.slow
 def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures():
   kernels, _ = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=40, seed=1, max_positions=100_000)
-  with F.Pool(jobs=2, device="OPENCL", timeout=120, max_positions=100_000) as pool: cases = list(pool.run(F.undrawn(kernels, 300, 1)))
+  # a case's limit is CPU seconds (the costliest, sops_12225's 64-wide unroll, compiles in 21-22 CPU-s), which a busy machine
+  # does not stretch as it does wall time; the wall limit catches a hang that uses none
+  with F.Pool(jobs=2, device="OPENCL", timeout=600, cpu_timeout=120, max_positions=100_000) as pool:
+    cases = list(pool.run(F.undrawn(kernels, 300, 1)))
   assert [f"{c.status} {F.describe(c)}: {c.message[:400]}" for c in cases if c.status != "PASS"] == []
   uses = {op: sum(any(o.op == op for o in c.opts) for c in cases) for op in ("LOCAL", "GROUP", "GROUPTOP", "UPCASTMID", "NOLOCALS", "PADTO")}
   assert len(cases) == 300 and min(uses.values()) >= 10, uses
