@@ -25,17 +25,24 @@ def typical(series: list[list[float]]) -> float: return statistics.median(statis
 
 
 def series(times: Callable[[], list[float]]) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
-  """Five rounds of: timings idle, with two compile workers burning but stopped, then with them burning."""
+  """Five rounds of: timings with the pool's two workers up and idle, with both burning but stopped, then with them burning.
+  Idle and paused are taken from the same state, a tenth of a second apart, each right after both cores were busy (the
+  workers starting, the burners): before, the idle timings came after 2 s of a quiet machine (the last round's pool
+  waiting out its burners), and on a quiet host all of them ran slower than the paused ones (fastest 6.4 ms against
+  3.6) -- a difference in what came before, not in what was timed. One pool throughout, as a search keeps one: each
+  round's burners burn half a second of CPU (time stopped does not count: ten times what the busy timings take) and
+  end, so none is left to kill."""
   idle, paused, busy = [], [], []
-  for _ in range(5):
-    idle.append(times())
-    with CompilePool(2) as pool:
-      for _ in range(2): pool.submit(burn, 0.0)
-      while pool.pending: list(pool.results())  # both workers are up
-      for _ in range(2): pool.submit(burn, 60.0)
+  with CompilePool(2) as pool:
+    for _ in range(2): pool.submit(burn, 0.0)
+    while pool.pending: list(pool.results())  # both workers are up
+    for _ in range(5):
+      idle.append(times())
+      for _ in range(2): pool.submit(burn, 0.5)
       time.sleep(0.05)
       with pool.paused(): paused.append(times())
       busy.append(times())
+      while pool.pending: list(pool.results())  # the burners end
   return idle, paused, busy
 
 
