@@ -2,7 +2,7 @@
 failures saved as replay files. bench/fuzz_linearizer.py is its command line (its docstring says what a case is and
 how it ends); the tests import it from here, so none puts bench/ on the path."""
 from __future__ import annotations
-import collections, contextlib, hashlib, inspect, json, os, random, re, resource, signal, subprocess, tempfile, time, traceback
+import collections, contextlib, hashlib, inspect, itertools, json, os, random, re, resource, signal, subprocess, tempfile, time, traceback
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 from multiprocessing import get_context
@@ -255,13 +255,14 @@ def table(counts: dict[str, collections.Counter]) -> str:
   return "\n".join(lines)
 
 def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out: Optional[Path], log=print,
-         per_kernel: int = 0, progress: int = 0) -> dict[str, collections.Counter]:
-  """Run the cases `undrawn` gives; failures are logged and, with `out`, written there as replay files. So are
-  compiles slower than SLOW_COMPILE_S, the counts so far every `progress` cases, and at the end the slowest compiles."""
+         per_kernel: int = 0, progress: int = 0, first: int = 0) -> dict[str, collections.Counter]:
+  """Run the cases `undrawn` gives, from the `first` on (a run split in parts: each part's cases are the whole run's);
+  failures are logged and, with `out`, written there as replay files. So are compiles slower than SLOW_COMPILE_S, the
+  counts so far every `progress` cases, and at the end the slowest compiles."""
   counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   slowest: list[tuple[float, str]] = []
   t0 = time.perf_counter()
-  for n, case in enumerate(pool.run(undrawn(kernels, cases, seed, per_kernel)), 1):
+  for n, case in enumerate(pool.run(itertools.islice(undrawn(kernels, cases, seed, per_kernel), first, None)), 1):
     counts[case.status][case.label.split(":")[0]] += 1
     if progress and n % progress == 0:
       log(f"{n} cases in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{st} {sum(counts[st].values())}" for st in Outcome if counts.get(st)))
