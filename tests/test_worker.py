@@ -127,8 +127,6 @@ def test_serve_runs_the_api_with_a_local_worker_and_stops_cleanly(tmp_path):
     assert p.wait(60) == 0
 
 
-OUTAGE_S = float(os.environ.get("TUNESVC_TEST_OUTAGE_S", 30))  # the issue's outage; shorter where a quick run is wanted
-
 def api_process(db: str, port: int) -> subprocess.Popen:
   env = {**os.environ, "TUNESVC_TOKENS": "sub:submit,wrk:worker", "TUNESVC_TOKENS_FILE": ""}
   p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", str(port), "--workers", "0", "--db", db], env=env,
@@ -139,9 +137,13 @@ def api_process(db: str, port: int) -> subprocess.Popen:
 def _up(port: int) -> bool:
   with socket.socket() as s: return s.connect_ex(("127.0.0.1", port)) == 0
 
+# the issue's outage is 30 s, three times the job's 10 s lease, and the worker's backoff has doubled to 16 s by the time
+# the API is back: a minute of waiting, in the exhaustive tier (CI runs it). `make test` has one of 5 s: the same
+# retries, up to 4 s apart, and the report lands ~10 s after the kill
 @pytest.mark.slow
-def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp_path):
-  """The real API process is killed while the worker searches and stays away OUTAGE_S: the worker keeps its finished
+@pytest.mark.parametrize("outage_s", [5, pytest.param(30, marks=pytest.mark.exhaustive)], ids=["5s", "30s"])
+def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp_path, outage_s):
+  """The real API process is killed while the worker searches and stays away `outage_s`: the worker keeps its finished
   result, retries with backoff and reports it once the API is back; the job ends done, searched once."""
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -157,7 +159,7 @@ def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp
     wait_for(lambda: user.job(job["job_id"])["state"] == "running")
     api.kill()  # a crash, mid-search
     api.wait()
-    time.sleep(OUTAGE_S)
+    time.sleep(outage_s)
     assert searched.is_alive()  # the worker is still there, holding its result
     api = api_process(db, port)
     searched.join(180)
