@@ -2,6 +2,7 @@ import gzip, os
 from pathlib import Path
 import pytest
 from hypothesis import settings
+from build_cache import BUILD_CACHE
 
 # CI runs every property test harder; locally the dev profile keeps `pytest` fast.
 settings.register_profile("ci", max_examples=500, deadline=None)
@@ -40,7 +41,6 @@ def corpus(corpus_lines):
 # next runs, whatever the user's cache dir holds: tunesvc's C compiles (devices/cpu.py names each .so by the hash of all
 # that), PoCL's kernel binaries (POCL_CACHE_DIR; it hashes the source, options and device) and tinygrad's compiled kernels
 # (CACHEDB, by source). Not results: each process's own (own_cache_dir). A fresh clone's run is cold; `rm -rf build/test-cache` makes one.
-BUILD_CACHE = Path(__file__).resolve().parents[1] / "build" / "test-cache"
 for sub in ("compile", "pocl"): (BUILD_CACHE / sub).mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("POCL_CACHE_DIR", str(BUILD_CACHE / "pocl"))  # read when PoCL loads: before any test imports it
 os.environ.setdefault("CACHEDB", str(BUILD_CACHE / "tinygrad.db"))  # read when tinygrad is imported

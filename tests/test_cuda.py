@@ -3,11 +3,12 @@ corpus kernels under random GPU schedules (bench/cuda_compile_report.py does the
 op, cast and reduction of every dtype, scalar and as vectors -- and reports ptxas's registers and spills; without a
 driver the backend is not available. With an NVIDIA GPU: device buffers, launches timed by events, fingerprint,
 options, the GPU schedules and a fuzz run against the reference (the codegen corner cases run there too)."""
-import collections, math
+import collections, hashlib, math
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 import pytest
 import corner_kernels
+from build_cache import accept, accepted
 from devices import cuda, nvrtc, registry
 from gpu_schedules import IDS, SCHEDULES, TC_IDS, TC_SCHEDULES, host_arrays_round_trip, mm, relu_to_half, run, var_values
 from linearizer.builders import alu, kernel, ld, matmul, st
@@ -26,6 +27,13 @@ SAMPLE = 300  # corpus cases, each compiled for sm_80 and sm_90
 
 
 def source(k, opts=(), arch="sm_80") -> str: return cuda.render(lower(Kernel(k, cuda.ARCH_OPTIONS[arch]).apply_opts(opts)))
+
+def nvrtc_identity() -> str:
+  """NVRTC's version and origin, and the CUDA headers a source may include (each file's path, size and mtime)."""
+  inc = nvrtc.include_dir()
+  headers = sorted(p for p in inc.rglob("*") if p.is_file()) if inc else []
+  return hashlib.sha256(" ".join([nvrtc.version(), str(inc), *(f"{p.relative_to(inc)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                                                                 for p in headers)]).encode()).hexdigest()
 
 
 def test_a_log_without_ptxas_report_is_a_cubin_from_the_compute_cache_not_an_error():
@@ -66,8 +74,14 @@ def test_every_op_cast_and_reduction_of_every_dtype_compiles_scalar_and_vectoris
     for opts in corner_kernels.SCHEDULES:
       try: srcs.append(source(k, opts))
       except OptError: continue  # a GROUP of an element-wise kernel
-  with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
-    for arch in R.ARCHS: list(pool.map(cuda.compile_for, srcs, [arch] * len(srcs)))  # raises the first CompileError
+  # what NVRTC accepted before, the same source for the same arch under the same NVRTC, flags and headers, is not asked
+  # again (tests/build_cache.py): a warm run compiles only what changed
+  ident = nvrtc_identity()
+  todo = [(s, arch) for arch in R.ARCHS for s in srcs if not accepted(ident, arch, *cuda.DEFAULT_FLAGS, s)]
+  if todo:
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+      list(pool.map(cuda.compile_for, *zip(*todo)))  # raises the first CompileError
+    for s, arch in todo: accept(ident, arch, *cuda.DEFAULT_FLAGS, s)
   assert sum("lanes<float,4>" in s for s in srcs) >= 3 and sum("lanes<double,2>" in s for s in srcs) >= 4
   assert sum("lanes_fma" in s for s in srcs) >= 2 and sum("__shared__" in s for s in srcs) >= 20 and len(srcs) >= 150
 

@@ -2,11 +2,12 @@
 the HIP renderer's source of every op, cast and reduction of every dtype, scalar and as vectors, and of a corpus
 sample under random GPU schedules, builds for gfx90a (and code-generates for gfx1100). With an AMD GPU: the GPU
 schedules against the reference, fingerprint and options."""
-import dataclasses, os, shutil, subprocess
+import dataclasses, functools, os, shutil, subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import pytest
 import corner_kernels
+from build_cache import accept, accepted
 from devices import cuda, hip, registry
 from gpu_schedules import IDS, SCHEDULES, host_arrays_round_trip, run, var_values
 from linearizer.ast import load
@@ -29,17 +30,25 @@ OPTIONS = cuda.ARCH_OPTIONS["sm_80"]  # within AMD's limits too: 1024 work-items
 BATCH = 25  # kernels per hipcc run: each source in a namespace of its own, its kernel named apart
 
 
-def hipcc(sources: list[str], tmp: Path, archs=tuple(BUILDS)) -> list[Path]:
+@functools.cache
+def hipcc_identity() -> str:
+  """hipcc's HIP and clang versions: with the flags and the source, what decides whether it builds."""
+  return subprocess.run([HIPCC, "--version"], capture_output=True, text=True, env=os.environ | {"HIP_PLATFORM": "amd"}).stdout
+
+def hipcc(sources: list[str], tmp: Path, archs=tuple(BUILDS), remember: bool = False) -> list[Path | None]:
   """Build the sources in batches, each one translation unit (device code only), for each of `archs`; two at a time.
-  The outputs: objects, or assembly for gfx1100."""
-  def build(job: tuple[int, str]) -> Path:
+  The outputs: objects, or assembly for gfx1100. With `remember`, where only whether hipcc builds them matters, a batch
+  it built before (the same text, flags and hipcc: tests/build_cache.py) is not built again, and has no output."""
+  def build(job: tuple[int, str]) -> Path | None:
     i, arch = job
-    unit = tmp / f"unit{i}-{arch}.hip"
-    unit.write_text("".join(f"namespace n{j} {{\n{s}}}\n" for j, s in enumerate(sources[i:i + BATCH])))
-    cmd = [HIPCC, "-x", "hip", "--cuda-device-only", *BUILDS[arch], *hip.DEFAULT_FLAGS, "-include", "hip/hip_runtime.h",
-           f"--offload-arch={arch}", str(unit), "-o", str(unit.with_suffix(".out"))]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ | {"HIP_PLATFORM": "amd"})
+    unit, text = tmp / f"unit{i}-{arch}.hip", "".join(f"namespace n{j} {{\n{s}}}\n" for j, s in enumerate(sources[i:i + BATCH]))
+    flags = ["-x", "hip", "--cuda-device-only", *BUILDS[arch], *hip.DEFAULT_FLAGS, "-include", "hip/hip_runtime.h", f"--offload-arch={arch}"]
+    if remember and accepted(hipcc_identity(), *flags, text): return None
+    unit.write_text(text)
+    r = subprocess.run([HIPCC, *flags, str(unit), "-o", str(unit.with_suffix(".out"))], capture_output=True, text=True, timeout=600,
+                       env=os.environ | {"HIP_PLATFORM": "amd"})
     assert r.returncode == 0, f"{arch}: {r.stderr[:6000]}"
+    if remember: accept(hipcc_identity(), *flags, text)
     return unit.with_suffix(".out")
   with ThreadPoolExecutor(2) as pool: return list(pool.map(build, [(i, a) for i in range(0, len(sources), BATCH) for a in archs]))
 
@@ -63,7 +72,7 @@ def test_without_rocm_hip_is_not_available():
 def test_hipcc_builds_every_op_cast_and_reduction_of_every_dtype_scalar_and_vectorised(tmp_path):
   srcs = sources((k, opts) for k in corner_kernels.KERNELS.values() for opts in corner_kernels.SCHEDULES)
   assert len(srcs) >= 150 and sum("lanes<" in s for s in srcs) >= 8 and sum("__shared__" in s for s in srcs) >= 20
-  hipcc(srcs, tmp_path)
+  hipcc(srcs, tmp_path, remember=True)
 
 
 @pytest.mark.skipif(HIPCC is None, reason="no hipcc (Debian: apt-get install hipcc; make test does as root)")
@@ -73,7 +82,7 @@ def test_hipcc_builds_a_corpus_sample_under_random_gpu_schedules(tmp_path):
   cases = [draw_case(c, load(c.doc), OPTIONS, 2**62) for c in R.cases(seed=1, per_kernel=3, sample=100)]
   srcs = sources((load(c.doc).rebased(), c.opts) for c in cases)
   assert len(srcs) == 100 and sum("__syncthreads" in s for s in srcs) >= 5
-  hipcc(srcs, tmp_path)
+  hipcc(srcs, tmp_path, remember=True)
 
 
 @pytest.mark.skipif(HIPCC is None, reason="no hipcc (Debian: apt-get install hipcc; make test does as root)")
@@ -84,7 +93,7 @@ def test_hipcc_builds_rdna3_tensor_core_kernels_into_wmma_instructions(tmp_path)
               ((32, 32, 96), {"batch": (2,)}, [Opt("LOCAL", 0, 2), Opt("UNROLL", 0, 3)])]]
   srcs = sources(kernels, rdna3)
   assert len(srcs) == 6 and all("__builtin_amdgcn_wmma_f32_16x16x16_" in s for s in srcs)
-  asm = "".join(p.read_text() for p in hipcc(srcs, tmp_path, ("gfx1100",)))
+  asm = "".join(p.read_text() for p in hipcc(srcs, tmp_path, ("gfx1100",)) if p)
   assert asm.count("v_wmma_f32_16x16x16_f16") >= 3 and asm.count("v_wmma_f32_16x16x16_bf16") >= 3
 
 
