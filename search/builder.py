@@ -58,10 +58,10 @@ def compile_batch_task(module: str, srcs: list[str]) -> tuple[Binary, float]:
 
 
 class Builder:
-  """Where the device module has compile_batch (the CPU), new sources compile BATCH at a time in one compiler invocation
-  (a batch that fails is compiled again source by source, so each candidate gets its own compile error); elsewhere one
-  by one."""
-  BATCH = 8       # sources per batch: with one compile worker per core, a round's first batches start while it renders
+  """Where the device module has compile_batch (the CPU), new sources compile up to BATCH at a time in one compiler
+  invocation (a batch that fails is compiled again source by source, so each candidate gets its own compile error);
+  elsewhere one by one. Once a round has rendered, what is left is split evenly over the pool's workers."""
+  BATCH = 16      # sources per batch: a unit's fixed cost (cc1, as, the link: ~40-50 ms) is shared by more of them
 
   def __init__(self, pool: CompilePool, module: str, k: KernelAST, options: LinearizerOptions, batch: bool = True):
     self.pool, self.module, self.k, self.options = pool, module, k, options
@@ -75,9 +75,10 @@ class Builder:
     rendering = {pool.submit(render_task, mod, self.k.key, self.k.canonical, tuple(k.applied_opts), self.options): k for k in kernels}
     compiling: dict[int, list[Build]] = {}
     waiting: list[Build] = []       # new sources not yet compiling: the next batch
-    def flush() -> None:
-      for i in range(0, len(waiting), self.BATCH):
-        group = waiting[i:i + self.BATCH]
+    def flush(last: bool) -> None:
+      n = max(1, -(-len(waiting) // pool.workers)) if last and self.batch else self.BATCH  # the last: one batch a worker
+      for i in range(0, len(waiting), n):
+        group = waiting[i:i + n]
         for j, b in enumerate(group): b.name = f"kernel_{j}" if self.batch else "kernel"
         if self.batch: compiling[pool.submit(compile_batch_task, mod, [b.source for b in group])] = group
         else: compiling.update({pool.submit(compile_task, mod, b.source): [b] for b in group})
@@ -104,7 +105,7 @@ class Builder:
               compiling.update({pool.submit(compile_task, mod, b.source): [b] for b in group})
               for b in group: b.name = "kernel"
             else: yield _failed(group[0], Status.COMPILE_ERROR, val)
-        if len(waiting) >= self.BATCH or not rendering: flush()
+        if len(waiting) >= self.BATCH or not rendering: flush(not rendering)
     finally: pool.cancel()
 
 

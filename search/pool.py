@@ -76,6 +76,9 @@ class CompilePool:
     self._queue.clear()
 
   @property
+  def workers(self) -> int: return len(self._slots)
+
+  @property
   def pending(self) -> int: return len(self._queue) + sum(s.ticket is not None for s in self._slots)
 
   def _dispatch(self) -> None:

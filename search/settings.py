@@ -56,9 +56,10 @@ class StrategySettings:
 class BuildSettings:
   compile_timeout_s: float = 60.0
   workers: int = 0                    # compile processes; 0: one per core (the machine's to choose, never a job's)
-  # many candidates per compiler invocation where the device can (search/builder.py). Off: on a saturated 2-core machine
-  # it did not cut search time (bench/search_builds.py, docs/benchmarks.md); to be measured again on a quiet one
-  batch: bool = False
+  # many candidates per compiler invocation where the device can (search/builder.py), those with one preamble in one
+  # translation unit: 17-56 ms of compiler CPU a small corpus kernel's candidate instead of 36-68 (one unit each) or 52-82
+  # (one gcc each), docs/benchmarks.md
+  batch: bool = True
 
 
 @dataclass(frozen=True)
