@@ -61,7 +61,7 @@ class Builder:
   """Where the device module has compile_batch (the CPU), new sources compile up to BATCH at a time in one compiler
   invocation (a batch that fails is compiled again source by source, so each candidate gets its own compile error);
   elsewhere one by one. Once a round has rendered, what is left is split evenly over the pool's workers."""
-  BATCH = 16      # sources per batch: a unit's fixed cost (cc1, as, the link: ~40-50 ms) is shared by more of them
+  BATCH = 16      # sources per batch: a unit's fixed cost (cc1, as, the link starting: ~35-45 ms of CPU) is shared by more
 
   def __init__(self, pool: CompilePool, module: str, k: KernelAST, options: LinearizerOptions, batch: bool = True):
     self.pool, self.module, self.k, self.options = pool, module, k, options

@@ -4,10 +4,7 @@ import pytest
 from devices import cpu
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
-from linearizer import reference
 from linearizer.kernel import Kernel, Opt
-from linearizer.compare import compare
-from linearizer.lower import lower
 from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, busiest, children, thread_amounts
 from search.beam import BeamStrategy
@@ -237,20 +234,6 @@ def test_tune_while_another_process_keeps_a_core_busy_stores_no_winner_slower_th
   print(r.conditions, r.best_opts, r.baseline_opts)
   assert r.conditions["busy"] and r.conditions["retimed"] == 1 and any(c.other_load >= 0.5 for c in r.candidates)
   assert r.best_opts == r.baseline_opts  # a contended check is stored only when the baseline won it
-
-
-def test_a_batch_compiles_many_candidates_into_one_library_each_under_its_own_entry_point():
-  k = reduce("SUM", (64, 64), (1,))
-  kids = [c for c in children(Kernel(k, cpu.options()), actions_for(cpu.options())) if c.applied_opts[0].op == "UPCAST"][:3]
-  lib = cpu.compile_batch([cpu.render(lower(c)) for c in kids])
-  vv = k.var_vals()
-  want = reference.random_buffers(k, vv, 3)
-  reference.run(k, want, vv)
-  for i in range(len(kids)):
-    bufs = reference.random_buffers(k, vv, 3)
-    bufs[0][:] = 12345.0  # poisoned
-    cpu.Program(lib, f"kernel_{i}")(*bufs)
-    assert compare(k, bufs, want, vv) is None
 
 
 def test_warm_starts_are_seeds_measured_in_round_0_and_illegal_ones_are_left_out(tmp_path):
