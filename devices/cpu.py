@@ -3,7 +3,7 @@ allocator, timer, fingerprint."""
 from __future__ import annotations
 import ctypes, functools, hashlib, json, os, platform, re, shutil, subprocess, tempfile, time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 from devices.base import Binary, CompileError, clipped, int_arg
@@ -71,40 +71,48 @@ def _target(cc: str, flags: tuple[str, ...]) -> str:
 
 def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> Binary:
   """C source -> shared library, cached on disk; no device state, so it runs in any worker process."""
-  cc = _cc()
-  path, real, version = _compiler(cc)
-  key = hashlib.sha256(json.dumps([src, real, version, list(flags), _target(cc, flags)]).encode()).hexdigest()
-  out = cache_dir("compile") / f"{key}.so"
-  if out.is_file(): return Binary(out.read_bytes())
-  out.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=out.parent)
-  os.close(fd)
-  try:
-    _run([path, *flags, "-x", "c", "-", "-o", tmp, "-lm"], src, timeout)
-    lib = Path(tmp).read_bytes()
-    os.replace(tmp, out)  # atomic: concurrent compiles of one key both write whole files, the last one wins
-    return Binary(lib)
-  finally:
-    if os.path.exists(tmp): os.unlink(tmp)
+  path = _compiler(_cc())[0]
+  return _cached(src, flags, lambda out: _run([path, *flags, "-x", "c", "-", "-o", out, "-lm"], src, timeout))
 
 
 def compile_batch(srcs: Sequence[str], flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> Binary:
   """Several sources, each with the entry point `kernel`, -> one shared library in one compiler invocation, where source
-  i's entry point is `kernel_i`. Sources whose text before their kernel (headers, typedefs, static helpers: the
-  preamble) is the same share one translation unit, the preamble once, each kernel under its own name; the others get
-  a unit each. Per unit gcc starts cc1 and as afresh (~30-40 ms each, ~10x the work of a small kernel), and one
-  driver and one link instead of one per source is what a search's batch saves. Not cached: a search never asks again."""
+  i's entry point is `kernel_i`, cached on disk as one. Sources whose text before their kernel (headers, typedefs, static
+  helpers: the preamble) is the same share one translation unit, the preamble once, each kernel under its own name; the
+  others get a unit each. A unit's fixed cost (cc1, as and the link starting, ~35-45 ms of CPU) is ~3x a small
+  kernel's own -O3 work; one unit and one link instead of one per source is what a search's batch saves."""
   path = _compiler(_cc())[0]
   units: dict[str | int, list[str]] = {}  # preamble (a source not split: its index) -> the unit's text, its kernels renamed
   for i, src in enumerate(srcs):
     pre, kern = _split_kernel(src)
     unit = units.setdefault(pre if kern else i, [pre])
     unit.append(f"#define kernel kernel_{i}\n{kern or src}#undef kernel\n")
-  with tempfile.TemporaryDirectory(prefix="tunesvc-batch-") as d:
-    files = [Path(d) / f"u{j}.c" for j in range(len(units))]
-    for f, text in zip(files, units.values()): f.write_text("".join(text))
-    _run([path, *flags, *map(str, files), "-o", f"{d}/batch.so", "-lm"], "", timeout)
-    return Binary(Path(f"{d}/batch.so").read_bytes())
+  def build(out: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="tunesvc-batch-") as d:
+      files = [Path(d) / f"u{j}.c" for j in range(len(units))]
+      for f, text in zip(files, units.values()): f.write_text("".join(text))
+      _run([path, *flags, *map(str, files), "-o", out, "-lm"], "", timeout)
+  return _cached(list(srcs), flags, build)
+
+
+def _cached(what: str | list[str], flags: tuple[str, ...], build: Callable[[str], object]) -> Binary:
+  """The library build(path) writes from `what` (a source, or a batch's sources), kept on disk by its hash with the
+  compiler's, the flags' and the target's."""
+  cc = _cc()
+  _, real, version = _compiler(cc)
+  key = hashlib.sha256(json.dumps([what, real, version, list(flags), _target(cc, flags)]).encode()).hexdigest()
+  out = cache_dir("compile") / f"{key}.so"
+  if out.is_file(): return Binary(out.read_bytes())
+  out.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=out.parent)
+  os.close(fd)
+  try:
+    build(tmp)
+    lib = Path(tmp).read_bytes()
+    os.replace(tmp, out)  # atomic: concurrent compiles of one key both write whole files, the last one wins
+    return Binary(lib)
+  finally:
+    if os.path.exists(tmp): os.unlink(tmp)
 
 def _split_kernel(src: str) -> tuple[str, str]:
   """(preamble, kernel) of a rendered source whose last definition is `void kernel(`, the preprocessor and attribute

@@ -60,7 +60,9 @@ def compile_batch_task(module: str, srcs: list[str]) -> tuple[Binary, float]:
 class Builder:
   """Where the device module has compile_batch (the CPU), new sources compile up to BATCH at a time in one compiler
   invocation (a batch that fails is compiled again source by source, so each candidate gets its own compile error);
-  elsewhere one by one. Once a round has rendered, what is left is split evenly over the pool's workers."""
+  elsewhere one by one. Batches form once the kernels have rendered (compiles would wait behind the renders in the
+  pool's queue anyway), in the kernels' order and split evenly over the workers: the same kernels make the same
+  batches, which the compile cache then holds (a search run again, the test suite's)."""
   BATCH = 16      # sources per batch: a unit's fixed cost (cc1, as, the link starting: ~35-45 ms of CPU) is shared by more
 
   def __init__(self, pool: CompilePool, module: str, k: KernelAST, options: LinearizerOptions, batch: bool = True):
@@ -68,15 +70,22 @@ class Builder:
     self.batch = batch and hasattr(importlib.import_module(module), "compile_batch")
     self.sources: set[str] = set()     # source hashes seen: the duplicate filter
 
-  def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None) -> Generator[Build, None, None]:
+  def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None,
+            need: Optional[int] = None) -> Generator[Build, None, None]:
     """Builds of the kernels as they finish (failures too, duplicates left out), until all are done, the deadline
-    passes or `stop` is set; the consumer may stop early, and the queued tasks are dropped."""
+    passes or `stop` is set; the consumer may stop early, and the queued tasks are dropped. `need`: how many the consumer
+    may take at most (a budget's last candidates): no batch is larger than its share of them a worker."""
     pool, mod = self.pool, self.module
+    cap = self.BATCH if need is None else max(1, min(self.BATCH, -(-need // pool.workers)))
     rendering = {pool.submit(render_task, mod, self.k.key, self.k.canonical, tuple(k.applied_opts), self.options): k for k in kernels}
     compiling: dict[int, list[Build]] = {}
-    waiting: list[Build] = []       # new sources not yet compiling: the next batch
-    def flush(last: bool) -> None:
-      n = max(1, -(-len(waiting) // pool.workers)) if last and self.batch else self.BATCH  # the last: one batch a worker
+    waiting: list[Build] = []       # new sources not yet compiling
+    order = {id(k): i for i, k in enumerate(kernels)}
+    first: dict[str, int] = {}      # source hash -> the first of the kernels that rendered it (whichever rendered first is built)
+    def flush() -> None:
+      waiting.sort(key=lambda b: first[b.source_hash])
+      parts = max(pool.workers, -(-len(waiting) // cap))
+      n = max(1, -(-len(waiting) // parts)) if self.batch else 1
       for i in range(0, len(waiting), n):
         group = waiting[i:i + n]
         for j, b in enumerate(group): b.name = f"kernel_{j}" if self.batch else "kernel"
@@ -92,8 +101,10 @@ class Builder:
             src, size, launch = val
             b = Build(k, ir_size=size, launch=launch)
             if src is None: yield _failed(b, Status.TOO_LARGE, f"{size} IR ops, more than {MAX_UOPS}")
-            elif (h := hashlib.sha256(src.encode()).hexdigest()) not in self.sources:  # else a duplicate: not built again
+            elif (h := hashlib.sha256(src.encode()).hexdigest()) in first: first[h] = min(first[h], order[id(k)])  # a duplicate
+            elif h not in self.sources:  # else built for an earlier call
               self.sources.add(h)
+              first[h] = order[id(k)]
               b.source, b.source_hash = src, h
               waiting.append(b)
           elif t in compiling:
@@ -105,7 +116,7 @@ class Builder:
               compiling.update({pool.submit(compile_task, mod, b.source): [b] for b in group})
               for b in group: b.name = "kernel"
             else: yield _failed(group[0], Status.COMPILE_ERROR, val)
-        if len(waiting) >= self.BATCH or not rendering: flush(not rendering)
+        if not rendering: flush()
     finally: pool.cancel()
 
 

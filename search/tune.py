@@ -119,7 +119,7 @@ class _Search:
       if c.status is Status.OK and c.verified: self.best_s = c.fastest_s if self.best_s is None else min(self.best_s, c.fastest_s)
       if self.progress: self.progress(len(self.candidates), self.best_s)
     def more() -> bool: return len(out) < limit and time.monotonic() < deadline and not (self.stop and self.stop.is_set())
-    seeds, builds = [], self.builder.build(kernels, deadline, self.stop)
+    seeds, builds = [], self.builder.build(kernels, deadline, self.stop, None if rnd == 0 else limit)
     check = rnd == 0 or self.s.measure.verify_all
     for b in builds:
       c = Candidate([o.to_json() for o in b.kernel.applied_opts], Status.PENDING, rnd, b.source_hash, compile_s=b.compile_s)

@@ -1,12 +1,16 @@
-"""Batched builds (devices/cpu.py compile_batch): candidates sharing a preamble share a translation unit; each still
-computes its own kernel, and a kernel's own attributes stay with it."""
+"""Batched builds (devices/cpu.py compile_batch, search/builder.py): candidates sharing a preamble share a translation
+unit; each still computes its own kernel, and a kernel's own attributes stay with it; batches are sized by the workers
+and a budget's remainder, and the same kernels make the same (cached) batches."""
 from devices import cpu
 from linearizer import reference
 from linearizer.builders import conv2d
+from linearizer.cachedir import cache_dir
 from linearizer.compare import compare
 from linearizer.kernel import Kernel
 from linearizer.lower import lower
 from search.actions import actions_for, children
+from search.builder import Builder
+from search.pool import CompilePool
 
 
 def test_candidates_with_one_preamble_share_a_unit_and_each_entry_point_computes_its_own_kernel():
@@ -36,3 +40,27 @@ def test_a_source_that_does_not_end_with_its_kernel_gets_a_unit_of_its_own():
     out = cpu.alloc(1, "float32")
     cpu.Program(lib, f"kernel_{i}")(out)
     assert out[0] == 1.0
+
+
+def test_a_budgets_last_candidates_are_batched_by_their_share_a_worker_not_by_the_full_batch():
+  k = conv2d(1, 4, 8, 8, 4, 3, 3, padding=1)
+  kids = list(children(Kernel(k, cpu.options()), actions_for(cpu.options())))
+  with CompilePool(2) as pool:
+    builder = Builder(pool, "devices.cpu", k, cpu.options())
+    builds = builder.build(kids, need=4)
+    first = [next(builds) for _ in range(4)]
+    builds.close()
+    assert all(b.error is None and b.name in ("kernel_0", "kernel_1") for b in first)  # 4 for 2 workers: batches of 2
+    everything = list(Builder(pool, "devices.cpu", k, cpu.options()).build(kids))
+  assert max(int(b.name.split("_")[1]) for b in everything) >= 2 and len(everything) > 4  # no budget: larger batches
+
+
+def test_the_same_kernels_make_the_same_batches_which_the_compile_cache_then_holds():
+  k = conv2d(1, 4, 8, 8, 4, 3, 3, padding=1)
+  kids = list(children(Kernel(k, cpu.options()), actions_for(cpu.options())))
+  cache = cache_dir("compile")
+  with CompilePool(2) as pool:
+    once = sorted((b.source_hash, b.name) for b in Builder(pool, "devices.cpu", k, cpu.options()).build(kids))
+    libs = set(cache.glob("*.so"))
+    again = sorted((b.source_hash, b.name) for b in Builder(pool, "devices.cpu", k, cpu.options()).build(kids))  # renders finish in another order
+  assert once == again and set(cache.glob("*.so")) == libs and len(libs) >= 2  # nothing compiled the second time
