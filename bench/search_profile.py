@@ -16,7 +16,7 @@ a unit shared with others runs as fast as built alone. The machine's load is pri
 machine's numbers as shares only.
 """
 from __future__ import annotations
-import argparse, collections, contextlib, functools, json, os, statistics, sys, time
+import argparse, atexit, collections, contextlib, functools, json, os, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -109,14 +109,18 @@ def compile_cpu(k) -> dict[str, float]:
   srcs = list(dict.fromkeys(cpu.render(lower(c)) for seed in (hand, root) for c in children(seed, acts)))
   def children_cpu() -> float: t = os.times(); return t.children_user + t.children_system
   ways: dict[str, Callable[[list[str]], object]] = {
-    "one gcc each": lambda g: [cpu.compile(f"/* {time.time_ns()} */\n{s}") for s in g],  # uncached
+    "one gcc each": lambda g: [cpu.compile(s) for s in g],
     "batched, one unit each": lambda g: cpu.compile_batch([f"/* {i} */\n{s}" for i, s in enumerate(g)]),  # no preamble alike
     "batched as the search": cpu.compile_batch}
   out = {"sources": len(srcs)}
   for way, fn in ways.items():
-    c0 = children_cpu()
-    for i in range(0, len(srcs), 16): fn(srcs[i:i + 16])
-    out[way] = (children_cpu() - c0) / len(srcs) * 1e3
+    with tempfile.TemporaryDirectory(prefix="bench-profile-compile-") as d:  # a cold compile cache each way
+      os.environ["TUNESVC_CACHE_DIR"], cache = d, os.environ["TUNESVC_CACHE_DIR"]
+      try:
+        c0 = children_cpu()
+        for i in range(0, len(srcs), 16): fn(srcs[i:i + 16])
+        out[way] = (children_cpu() - c0) / len(srcs) * 1e3
+      finally: os.environ["TUNESVC_CACHE_DIR"] = cache
   return out
 
 
@@ -151,6 +155,8 @@ def main() -> int:
   ap.add_argument("--shared-vs-alone", action="store_true", help="also the speed of candidates built in a shared unit over alone")
   ap.add_argument("--json", type=Path, help="also write the records here")
   args = ap.parse_args()
+  os.environ["TUNESVC_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="bench-profile-cache-")  # cold, as a new kernel's search
+  atexit.register(shutil.rmtree, cache, True)
   settings = SearchSettings.from_json({"beam": 4, "budget_s": 240, **args.settings})
   clock = Clock()
   for phase, (owner, fn) in PHASES.items(): clock.wrap(phase, owner, fn)
