@@ -191,6 +191,10 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
 
 # vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type)
 FMA_X86 = {16: ("__FMA__", "_mm", "__m128"), 32: ("__FMA__", "_mm256", "__m256"), 64: ("__AVX512F__", "_mm512", "__m512")}
+# gcc's own builtins of those intrinsics (what <immintrin.h> wraps), by vector bytes: (float32, float64) call formats
+FMA_GCC = {16: ("__builtin_ia32_vfmaddps(a, b, c)", "__builtin_ia32_vfmaddpd(a, b, c)"),
+           32: ("__builtin_ia32_vfmaddps256(a, b, c)", "__builtin_ia32_vfmaddpd256(a, b, c)"),
+           64: ("__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)", "__builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4)")}
 VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is
 
 def vtype(dt: DType, vec: int, lang: Lang) -> str: return lang.vtype.format(d=dt.name, t=lang.ctype(dt), n=vec) if vec > 1 else lang.ctype(dt)
@@ -227,16 +231,17 @@ def vcast(x: str, src: DType, dst: DType, vt: str, vec: int, lang: Lang) -> str:
   return lang.convert.format(x=f"{x}&1" if src == bool_ else x, vt=vt)
 
 def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
-  """a*b+c on vectors, rounded once where the ISA has a fused multiply-add. C has no vector fma: gcc turns a lane loop
-  of fma() into one vfmadd and needs no header (parsing <immintrin.h> was ~0.15 s of a search candidate's ~0.25 s
-  compile); clang, which leaves that loop partly scalar, takes the x86 intrinsic."""
+  """a*b+c on vectors, rounded once where the ISA has a fused multiply-add. C has no vector fma: gcc takes its builtin
+  of the instruction, which needs no header (parsing <immintrin.h> was ~0.15 s of a search candidate's ~0.25 s
+  compile), clang the x86 intrinsic. (A lane loop of fmaf, which gcc 12.2 vectorises into one vfmadd, was miscompiled
+  inlined into a blocked matvec with its weights packed at -mprefer-vector-width=512: corpus sops_7348, 1,200 of 1,280
+  outputs wrong; see docs/compiler-bugs/.)"""
   body = "  return a * b + c;  /* no FMA: rounded twice, as the reference rounds */\n"
   if nbytes in FMA_X86:
     guard, pre, m = FMA_X86[nbytes]
-    s, m, fma = ("ps", m, "__builtin_fmaf") if dt.name == "float32" else ("pd", m + "d", "__builtin_fma")
+    s, m, builtin = ("ps", m, FMA_GCC[nbytes][0]) if dt.name == "float32" else ("pd", m + "d", FMA_GCC[nbytes][1])
     body = (f"#if defined({guard}) && defined(__clang__)\n  return ({vt}){pre}_fmadd_{s}(({m})a, ({m})b, ({m})c);\n"
-            f"#elif defined({guard})\n  {vt} r;\n  for (int i = 0; i < {nbytes // dt.itemsize}; i++) r[i] = {fma}(a[i], b[i], c[i]);\n"
-            f"  return r;\n#else\n{body}#endif\n")
+            f"#elif defined({guard})\n  return {builtin};\n#else\n{body}#endif\n")
   return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
 
 def sqrt_fn(vt: str, dt: DType, lanes: int) -> str:

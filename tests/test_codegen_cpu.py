@@ -569,6 +569,13 @@ def test_mulacc_compiles_to_vector_fma_and_the_loop_stays_vectorised():
 
 def corpus_kernel(corpus, name): return next(k for k in corpus if k.name == name).rebased()
 
+
+def test_a_blocked_matvec_with_its_weights_packed_runs_right(corpus):
+  # found by the hand-coded fuzz (--hand-coded): gcc 12.2 at -mprefer-vector-width=512 miscompiled the lane loop of fmaf
+  # that was the 16-lane MULACC inlined here (1,200 of 1,280 outputs wrong on a Zen 4); the helper is gcc's builtin of the
+  # instruction now (linearizer/render_c.py mulacc_fn, docs/compiler-bugs/gcc12-fma-lane-loop-512.md)
+  check(corpus_kernel(corpus, "sops_7348"), opts=[Opt("UPCAST", 0, 16), Opt("BLOCK", 1, 2), Opt("PACK", 2)])
+
 def test_a_padded_window_is_indexed_without_its_decode(corpus):
   # a convolution's weight gradient, its 240 output channels upcast, an output and a reduce axis padded: every load of
   # the window was gated and indexed through // 58 and % 29, which never carry where the mask holds, and gcc took a
