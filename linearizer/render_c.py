@@ -24,7 +24,7 @@ class Lang:
   kernel: str = ""                                   # before the kernel's `void`
   # before `kernel` where a scalar LOAD has a validity (padding, masks: `valid ? x : 0`): C turns gcc's loop if-conversion
   # off, whose masked loads gcc 12's loop vectorizer permutes wrongly (docs/compiler-bugs/gcc12-masked-load-permutation.md)
-  guarded_loads: str = ""
+  gcc_optimize: str = ""  # a function attribute of gcc's optimize options, where the kernel needs some ({}: them, quoted)
   symbol: str = "{}"                                 # the kernel's symbol for its name: OpenCL reserves `kernel`
   buffer: str = ""                                   # address space of a kernel argument's buffer
   types: dict = field(default_factory=dict)          # dtype -> register type, where not DType.c
@@ -95,7 +95,7 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
   load={"bfloat16": "bf2f({})"}, store={"bfloat16": "f2bf({})"}, narrow={"float16": "((_Float16)({}))", "bfloat16": "bfround({})"},
   suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source, vsqrt="sqrt_{vt}({x})",
   shared="__attribute__((aligned(64))) ",  # PACK's copies on the stack: a vector of a packed row is one cache line
-  guarded_loads='#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize("no-tree-loop-if-convert")))\n#endif\n')
+  gcc_optimize='#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize({})))\n#endif\n')
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
 # like bfloat16; vload_half/vstore_half_rte (core) convert exactly. No -fwrapv: signed + - * wrap through unsigned.
@@ -406,10 +406,14 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
   for tc in dict.fromkeys(u.arg for u in prog.uops if u.op is UOps.WMMA):
     fn, decl, _ = lang.tensor_core(tc)
     fns, decls = fns + fn, decls + (f"  {decl.format(warps=math.prod(prog.local) // tc.threads)}\n" if decl else "")
-  # a scalar conditional load, which gcc could vectorize (a loop with our vector types in it, lanes loaded one by one
-  # included, is not loop-vectorized)
+  # gcc 12.2's loop vectorizer miscompiles (docs/compiler-bugs/): a scalar conditional load's loop if-converted into
+  # masked loads (a loop with our vector types in it, lanes loaded one by one included, is not loop-vectorized), and a
+  # PACK's copy loop (a strided gather into the stack) vectorized, corpus sops_7348
   cond_loads = any(u.op is UOps.LOAD and u.vec == 1 and u.arg[2] not in (0, 1) for u in prog.uops)
-  return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + fns + (lang.guarded_loads if cond_loads else "") + \
+  packs = any(u.op is UOps.DEFINE_LOCAL and str(u.arg[0]).startswith("pack") for u in prog.uops)
+  gcc_opts = ['"no-tree-loop-if-convert"'] * cond_loads + ['"no-tree-loop-vectorize"'] * packs
+  attr = lang.gcc_optimize.format(", ".join(gcc_opts)) if gcc_opts and lang.gcc_optimize else ""
+  return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + fns + attr + \
     f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + decls + "\n".join(body) + "\n}\n"
 
 def render_c(prog: Program) -> str: return render_source(prog, C)
