@@ -136,6 +136,7 @@ def _packed_vector(k: Kernel, width: int) -> bool:
 def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:
   """Can an UNROLL of this reduce axis by `width` be the vector (lower._reduce_vector_axis): a loop left, a load that
   reads the axis with stride 1, unmasked."""
+  if not 0 <= axis < k.shape_len: return False  # a reduce over size-1 axes only has none left (the hand-coded fuzz)
   size = k.full_shape[axis]
   return k.is_reduce_axis(axis) and isinstance(size, int) and size > width and size % width == 0 and \
     any(st.views[-1].strides[axis] == 1 and (st.views[-1].mask is None or st.views[-1].mask[axis] == (0, size))

@@ -263,6 +263,15 @@ def test_hand_coded_schedules_are_correct_on_examples_and_corpus_kernels(corpus)
   assert {"UPCAST", "UNROLL"} <= used
 
 
+def test_the_hand_coded_schedule_of_a_reduce_over_size_1_axes_is_none():
+  # its layout drops the size-1 axes and has none left: the heuristic indexed axis -1 of an empty shape (IndexError out of
+  # run_kernel), found by the hand-coded fuzz on a builder kernel
+  for shape, fn in (((1,), "MAX"), ((1, 1), "SUM"), ((1, 1, 1), "SUM")):
+    k = reduce(fn, shape, tuple(range(len(shape))))
+    assert hand_coded_optimizations(Kernel(k, cpu.options())) == []
+    check(k)
+
+
 def test_run_kernel_without_opts_runs_the_hand_coded_schedule():
   k = matmul(64, 48, 80)
   _, _, opts = compile_kernel(k, "CPU")
