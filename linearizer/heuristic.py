@@ -5,9 +5,8 @@ import math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
 from linearizer.kernel import MAX_UPCAST, Kernel, Opt, OptError, OptOp
-from linearizer.vectors import vector_widths
-from linearizer.shapetracker import affine
-from linearizer.symbolic import Node, Var, sint, smax, variables
+from linearizer.vectors import consecutive, step, vector_widths
+from linearizer.symbolic import Node, Var, sint, smax
 
 def _try(k: Kernel, opt: Opt) -> bool:
   try: k.apply_opt(opt)
@@ -85,15 +84,14 @@ def _clean_vector(k: Kernel, axis: int) -> bool:
   """Does a LOAD read output axis `axis` as consecutive elements valid together: a vector load, not lanes gathered or
   masked (a padded conv's rows are masked at the image's edges, a strided conv's rows strided)?"""
   vs, loads = _indexing(k)
-  return (v := vs[axis]) is not None and any((aff := affine(idx, [v])) is not None and aff[0][0] == 1 and v not in variables(valid)
-                                             for idx, valid in loads)
+  return (v := vs[axis]) is not None and any(consecutive(idx, valid, v) for idx, valid in loads)
 
 def _shared_window(k: Kernel, pixel: int, column: int) -> bool:
   """Do neighbouring pixels read each other's inputs at neighbouring window columns (a LOAD's index steps alike along
   both axes: a stride-1 conv's input along its row and its window's row)?"""
   vs, loads = _indexing(k)
   if (p := vs[pixel]) is None or (c := vs[column]) is None: return False
-  return any((a := affine(idx, [p])) is not None and (b := affine(idx, [c])) is not None and a[0][0] == b[0][0] != 0 for idx, _ in loads)
+  return any((s := step(idx, p)) is not None and s != 0 and step(idx, c) == s for idx, _ in loads)
 
 def _tile_part(k: Kernel, axes: list[int], n: int, budget: int) -> int | None:
   """The largest divisor of axes[n]'s size within `budget` accumulators, or half of it where another axis follows."""
@@ -198,7 +196,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   vec = next((i for i in broadcast_axes() if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
   if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
   elif not gpu and widths and (vec is None or not _clean_vector(k, vec)) and _packed_vector(k, widest):
-    return hand_coded_threads(k, work, transcendentals, start)
+    return _threads(k, work, transcendentals, start)
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   tile = 32 if gpu else 128  # a work-item's registers are few; a CPU core's accumulators spill to L1 cheaply
   def reuse(i: int) -> tuple[int, int, int]:
@@ -236,9 +234,9 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   if not gpu and k.reduceop is not None and vec in upcasted: _cache_blocks(k, vec, widest)  # (vec: an int there)
   # 4. GPUs: work-groups; CPUs: threads
   if gpu and not k.dont_use_locals: _locals(k)
-  return hand_coded_threads(k, work, transcendentals, start)
+  return _threads(k, work, transcendentals, start)
 
-def hand_coded_threads(k: Kernel, work: int, transcendentals: int, start: int) -> list[Opt]:
+def _threads(k: Kernel, work: int, transcendentals: int, start: int) -> list[Opt]:
   """CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them; the opts
   applied since `start`."""
   if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= 1 << 22:

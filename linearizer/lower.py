@@ -20,7 +20,7 @@ from linearizer.dtypes import DType, bool_
 from linearizer.kernel import Kernel
 from linearizer.reference import alu, cast
 from linearizer.shapetracker import ShapeTracker, View, affine
-from linearizer.vectors import vector_widths
+from linearizer.vectors import consecutive, step, vector_widths
 from linearizer.symbolic import Var, add, concrete, ge, land, lt, simplify_valid, simplify_where, sint, smax, substitute, variables
 
 # ops: DEFINE_GLOBAL (arg: buf) DEFINE_VAR (arg: Var) LOOP (arg: (Var, end, threads)) ENDLOOP CONST (arg: value)
@@ -244,7 +244,7 @@ class _Lowering:
   def _contiguous(self, idx: sint) -> bool:
     """Whether the lanes of the vector axis are consecutive elements at `idx` (an output is strided along a vector axis
     _vector_axis picked for a packed operand)."""
-    return self.W == 1 or ((aff := affine(idx, [self.lane_var])) is not None and aff[0][0] == 1)
+    return self.W == 1 or step(idx, self.lane_var) == 1
 
   def scalar_load(self, buf: int | str, dt: DType, idx: sint, valid: sint) -> int:
     return self.const(0, dt) if valid == 0 else self.emit(UOp(UOps.LOAD, dt, (), (buf, idx, valid)))
@@ -548,10 +548,6 @@ def _lane_axes(k: Kernel, axes: list[int], loop_vars: dict) -> Iterator[tuple[in
     yield axis, lv, lambda st, axis=axis, lv=lv: st.expr_idxs([0 if st.shape[i] == 1 else lv if i == axis else loop_vars.get(i, ups.get(i, 0))
                                                                for i in range(k.shape_len)])
 
-def _consecutive(at: tuple[sint, sint], lv: Var) -> bool:
-  """Are the lanes of `lv` consecutive elements at an (index, validity), valid together?"""
-  return (aff := affine(at[0], [lv])) is not None and aff[0][0] == 1 and lv not in variables(at[1])
-
 def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]:
   """The output upcast axis to carry as vector lanes: a kernel whose every value can be a vector, a width the ISA has,
   a STORE and CONSTs whose validity does not depend on it; of those, first one the STORE is contiguous along and a LOAD
@@ -562,8 +558,9 @@ def _vector_axis(k: Kernel, out_up: list[int], loop_vars: dict) -> Optional[int]
   for axis, lv, at in _lane_axes(k, out_up, loop_vars):
     idx, valid = at(k.sts[0])
     if lv in variables(valid) or any(lv in variables(at(st)[1]) for a, st in zip(k.leaves, k.sts) if isinstance(a, ConstArg)): continue
-    contiguous = (aff := affine(idx, [lv])) is not None and aff[0][0] == 1
-    if contiguous and any(_consecutive(at(st), lv) for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)): return axis
+    contiguous = step(idx, lv) == 1
+    loads = (at(st) for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg))
+    if contiguous and any(consecutive(idx_j, valid_j, lv) for idx_j, valid_j in loads): return axis
     if any(axis in k.pack_axes(j) and lv not in variables(at(k.sts[j])[1]) for j in k.packed): ranked.append((1, axis))
     elif contiguous: ranked.append((2, axis))
   return min(ranked, key=lambda r: r[0])[1] if ranked else None  # the first (innermost) of the best rank
@@ -576,7 +573,7 @@ def _reduce_vector_axis(k: Kernel, red_up: list[int], loop_vars: dict) -> Option
   for axis, lv, at in _lane_axes(k, red_up, loop_vars):
     leaves = [at(st) for st in k.sts[1:]]
     if any(lv in variables(valid) for _, valid in leaves): continue
-    if any((aff := affine(idx, [lv])) is not None and aff[0][0] == 1 for (idx, _), a in zip(leaves, k.leaves[1:]) if not isinstance(a, ConstArg)):
+    if any(step(idx, lv) == 1 for (idx, _), a in zip(leaves, k.leaves[1:]) if not isinstance(a, ConstArg)):
       return axis
   return None
 

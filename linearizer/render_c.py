@@ -189,12 +189,12 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
   return _narrow(dst, f"({lang.ctype(dst)}){_f(src, x)}", lang)
 
 
-# vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type)
-FMA_X86 = {16: ("__FMA__", "_mm", "__m128"), 32: ("__FMA__", "_mm256", "__m256"), 64: ("__AVX512F__", "_mm512", "__m512")}
-# gcc's own builtins of those intrinsics (what <immintrin.h> wraps), by vector bytes: (float32, float64) call formats
-FMA_GCC = {16: ("__builtin_ia32_vfmaddps(a, b, c)", "__builtin_ia32_vfmaddpd(a, b, c)"),
-           32: ("__builtin_ia32_vfmaddps256(a, b, c)", "__builtin_ia32_vfmaddpd256(a, b, c)"),
-           64: ("__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)", "__builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4)")}
+# vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type, and gcc's own
+# builtins of them, what <immintrin.h> wraps: the float32 and float64 calls)
+FMA_X86 = {16: ("__FMA__", "_mm", "__m128", "__builtin_ia32_vfmaddps(a, b, c)", "__builtin_ia32_vfmaddpd(a, b, c)"),
+           32: ("__FMA__", "_mm256", "__m256", "__builtin_ia32_vfmaddps256(a, b, c)", "__builtin_ia32_vfmaddpd256(a, b, c)"),
+           64: ("__AVX512F__", "_mm512", "__m512", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)",
+                "__builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4)")}
 VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is
 
 def vtype(dt: DType, vec: int, lang: Lang) -> str: return lang.vtype.format(d=dt.name, t=lang.ctype(dt), n=vec) if vec > 1 else lang.ctype(dt)
@@ -238,8 +238,8 @@ def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
   outputs wrong; see docs/compiler-bugs/.)"""
   body = "  return a * b + c;  /* no FMA: rounded twice, as the reference rounds */\n"
   if nbytes in FMA_X86:
-    guard, pre, m = FMA_X86[nbytes]
-    s, m, builtin = ("ps", m, FMA_GCC[nbytes][0]) if dt.name == "float32" else ("pd", m + "d", FMA_GCC[nbytes][1])
+    guard, pre, m, gcc_ps, gcc_pd = FMA_X86[nbytes]
+    s, m, builtin = ("ps", m, gcc_ps) if dt.name == "float32" else ("pd", m + "d", gcc_pd)
     body = (f"#if defined({guard}) && defined(__clang__)\n  return ({vt}){pre}_fmadd_{s}(({m})a, ({m})b, ({m})c);\n"
             f"#elif defined({guard})\n  return {builtin};\n#else\n{body}#endif\n")
   return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
@@ -408,9 +408,10 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
     fns, decls = fns + fn, decls + (f"  {decl.format(warps=math.prod(prog.local) // tc.threads)}\n" if decl else "")
   # gcc 12.2's loop vectorizer miscompiles (docs/compiler-bugs/): a scalar conditional load's loop if-converted into
   # masked loads (a loop with our vector types in it, lanes loaded one by one included, is not loop-vectorized), and a
-  # PACK's copy loop (a strided gather into the stack) vectorized, corpus sops_7348
+  # PACK's copy loop (a strided gather into the stack; a PACK's copy is the only local memory a C kernel has) vectorized,
+  # corpus sops_7348
   cond_loads = any(u.op is UOps.LOAD and u.vec == 1 and u.arg[2] not in (0, 1) for u in prog.uops)
-  packs = any(u.op is UOps.DEFINE_LOCAL and str(u.arg[0]).startswith("pack") for u in prog.uops)
+  packs = any(u.op is UOps.DEFINE_LOCAL for u in prog.uops)
   gcc_opts = ['"no-tree-loop-if-convert"'] * cond_loads + ['"no-tree-loop-vectorize"'] * packs
   attr = lang.gcc_optimize.format(", ".join(gcc_opts)) if gcc_opts and lang.gcc_optimize else ""
   return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + fns + attr + \

@@ -1,9 +1,12 @@
 """Which kernels' lanes the CPU and GPU-style renderers can carry as vectors, and in how many lanes: the lowering picks a
-vector axis among those widths, and the Kernel counts a CPU's upcasts in vectors where one is that wide."""
+vector axis among those widths, and the Kernel counts a CPU's upcasts in vectors where one is that wide; and whether an
+index reads lanes as consecutive elements, for the lowering and the hand-coded schedule alike."""
 from __future__ import annotations
 from linearizer.ast import KernelAST, LazyOp
 from linearizer.dtypes import DType, bool_
 from linearizer.options import LinearizerOptions
+from linearizer.shapetracker import affine
+from linearizer.symbolic import Var, sint, variables
 
 # What lanes may carry as vectors: float32/float64 and integer arithmetic, which C vector extensions do lane by lane as
 # the scalar ops do (integers wrap: -fwrapv); float16 only loaded, stored, reduced and converted (its arithmetic rounds
@@ -41,3 +44,11 @@ def vector_widths(ast: KernelAST, options: LinearizerOptions) -> tuple[int, ...]
   if not all(vector_node(n) and (n.dtype == bool_ or n.dtype.name in options.vector_dtypes) for n in ast.nodes): return ()
   size = max(n.dtype.itemsize for n in ast.nodes if n.dtype != bool_)
   return tuple(w * 4 // size for w in options.float_vector_widths if w * 4 % size == 0 and w * 4 // size > 1)
+
+def step(idx: sint, v: Var) -> sint | None:
+  """How many elements apart `idx` is from one value of `v` to the next: its coefficient where `idx` is affine in `v`."""
+  return None if (aff := affine(idx, [v])) is None else aff[0][0]
+
+def consecutive(idx: sint, valid: sint, v: Var) -> bool:
+  """Are the lanes of `v` consecutive elements at `idx`, valid together: one vector load, not lanes gathered or masked?"""
+  return step(idx, v) == 1 and v not in variables(valid)
