@@ -15,18 +15,17 @@ It is the golden answer for every generated kernel, so the semantics are spelled
   round past the largest finite value are inf. float16 and bfloat16 compute in float32 and round. The
   implementations, and what checks them (tests/test_vecmath.py: every float32, float16 and bfloat16 input; a sample
   of float64 ones):
-    C        float32 (and float16/bfloat16 through it): linearizer.vecmath, scalar and on 4/8/16-lane vectors;
-             |x| >= 2^22 in SIN through libm's double sin, rounded. float64: glibc's exp2/log2/sin.
+    C        float32 (and float16/bfloat16 through it): linearizer.vecmath, scalar and on 4/8/16-lane vectors: EXP2 on
+             float lanes within 0.87 ulp where the ISA has an FMA, LOG2, SIN (and EXP2 without an FMA) through doubles,
+             correctly rounded; |x| >= 2^22 in SIN through libm's double sin, rounded. float64: glibc's exp2/log2/sin.
     OpenCL, CUDA, HIP  float32 and narrower: the language's double exp2/log2/sin rounded to the dtype (never the
              native_/half_/__exp2f intrinsics): <= 4 ulp of a double is far inside half a float32 ulp. float64: those
              double functions, within 3 (EXP2, LOG2) and 4 (SIN) ulps by the OpenCL spec, 1/1/2 by CUDA's guide.
     Metal    (text only here: no device checks it) float32 through Metal's precise exp2/log2/sin: Metal has no double,
              and its documented bounds are wider than the contract's: not covered.
-  `compare` holds generated code to it: the range a correct kernel may produce (`expected_range`) includes the runs
-  with every EXP2/LOG2/SIN result moved by ULP_BOUND ulps down and up. That bounds errors that propagate monotonically;
-  a long chain whose errors do not (SIN of an amplified value) can leave a within-contract implementation outside it:
-  SLEEF's 1-ulp functions did so on 14 of elementwise_chain's 1M outputs. The emitted ones are correctly rounded on
-  every float32 input, so they match the reference exactly.
+  `compare` holds generated code to it: the range a correct kernel may produce (`expected_range`, `run_bounds`) carries
+  an interval through every op above each EXP2/LOG2/SIN (linearizer.bounds), so any error pattern within the contract
+  stays inside, however the ops above move it (SIN of an amplified value, a comparison, a cast to int).
 - Integer arithmetic wraps (two's complement). DIV truncates toward zero and MOD takes the sign of
   the dividend (C); dividing by zero gives 0 for both, INT_MIN / -1 wraps to INT_MIN.
 - bool: ADD and MAX are OR, MUL is AND, XOR is XOR, NEG is NOT; SUB, DIV and MOD are not defined.
@@ -42,7 +41,9 @@ from __future__ import annotations
 import math, warnings
 from typing import Iterator, Mapping, Optional, Sequence
 import numpy as np
+from linearizer import bounds
 from linearizer.ast import KernelAST, LazyOp, MemArg, ConstArg, concrete_st
+from linearizer.bounds import Bounds
 from linearizer.dtypes import DType, bool_
 from linearizer.shapetracker import ShapeTracker, prod
 from linearizer.symbolic import concrete
@@ -50,13 +51,23 @@ from linearizer.symbolic import concrete
 BLOCK_ELEMENTS = 1 << 24  # the most elements one block materialises per operand (~64 MB of float32)
 
 
-def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None,
-        perturb: float = 0.0, nudge: int = 0) -> None:
-  """Compute `kernel` into buffers[0]; buffers[1..] are its inputs (1-D, each buffer's dtype).
-  `perturb` shifts a float SUM by that fraction of the sum of its terms' magnitudes: what summing in
-  another order may change; `nudge` (-1, 0, 1) moves every EXP2/LOG2/SIN result by the contract's ULP_BOUND ulps
-  down or up: what a correct implementation may change (see `expected_range`)."""
-  vv = kernel.var_vals(var_vals)
+def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None) -> None:
+  """Compute `kernel` into buffers[0]; buffers[1..] are its inputs (1-D, each buffer's dtype)."""
+  _run(kernel, [buffers[0]], buffers, kernel.var_vals(var_vals), 0.0, False)
+
+
+def run_bounds(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None,
+               sum_order: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+  """(lo, hi): the output a kernel correct by the accuracy contract may produce (linearizer.bounds), each element between
+  them, with every EXP2/LOG2/SIN within ULP_BOUND ulps and a float SUM within `sum_order` x the sum of its terms'
+  magnitudes (what adding in another order may change). Elements the kernel does not write are buffers[0]'s."""
+  lo, hi = buffers[0].copy(), buffers[0].copy()
+  _run(kernel, [lo, hi], buffers, kernel.var_vals(var_vals), sum_order, True)
+  return lo, hi
+
+
+def _run(kernel: KernelAST, outs: list[np.ndarray], buffers: Sequence[np.ndarray], vv: Mapping[str, int], sum_order: float,
+         widen: bool) -> None:
   _check_buffers(kernel, buffers, vv)
   sts: dict[ShapeTracker, ShapeTracker] = {}
   # merged views decode far cheaper; tests check on the corpus that merging keeps every position
@@ -76,29 +87,40 @@ def run(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Map
   whole = [(0, s) for s in full]
   heaviest = lambda axs: sorted(axs, key=lambda d: -max((size(whole, dims) for dims in parts if d in dims), default=0))
   leaves: dict[LazyOp, tuple] = {}  # a leaf's last value, reused while its dims' ranges stay the same
-  shift = perturb != 0 and red is not None and red.arg.fn == "SUM" and red.dtype.is_float
+  shift = sum_order != 0 and red is not None and red.arg.fn == "SUM" and red.dtype.is_float
   with np.errstate(all="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     for block in _blocks(whole, heaviest([a for a in range(len(full)) if a not in axes]), cost):
-      memo: dict[LazyOp, np.ndarray] = {}
+      memo: dict[LazyOp, bounds.Value] = {}
       if red is not None:
-        acc: Optional[np.ndarray] = None
+        acc: Optional[bounds.Value] = None
         mag: np.ndarray | float = 0.0
         for sub in _blocks(block, heaviest(axes), cost):
-          ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live, nudge)  # noqa: B023  (used in this iteration only)
+          ev = lambda x: _eval(x, sub, buffers, conc, {}, leaves, live, widen)  # noqa: B023  (used in this iteration only)
+          einsum = lambda a, b: _contract(a, b, sub, axes)  # noqa: B023
           if contract:
             a, b = ev(red.src[0].src[0]), ev(red.src[0].src[1])
-            part = _contract(a, b, sub, axes)
-            if shift: mag = mag + _contract(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64), sub, axes)
+            part = bounds.contract(bounds.of(a), bounds.of(b), einsum) if isinstance(a, Bounds) or isinstance(b, Bounds) else einsum(a, b)
+            if shift: mag = mag + einsum(bounds.magnitude(a), bounds.magnitude(b))
           else:
-            x = np.broadcast_to(ev(red.src[0]), [hi - lo for lo, hi in sub])
-            part = _reduce(red.arg.fn, red.dtype, x, axes)
-            if shift: mag = mag + np.sum(np.abs(x.astype(np.float64)), axis=tuple(axes), keepdims=True)
-          acc = part if acc is None else _combine(red.arg.fn, acc, part)
+            x = ev(red.src[0])
+            ext = [hi - lo for lo, hi in sub]
+            if isinstance(x, Bounds):
+              xb = Bounds(np.broadcast_to(x.lo, ext), np.broadcast_to(x.hi, ext))
+              part = (bounds.reduce_sum if red.arg.fn == "SUM" else bounds.reduce_max)(xb, red.dtype, tuple(axes))
+            else: part = _reduce(red.arg.fn, red.dtype, np.broadcast_to(x, ext), axes)
+            if shift: mag = mag + np.sum(np.broadcast_to(bounds.magnitude(x), ext), axis=tuple(axes), keepdims=True)
+          acc = part if acc is None else bounds.combine(red.arg.fn, bounds.of(acc), bounds.of(part), red.dtype) \
+            if isinstance(acc, Bounds) or isinstance(part, Bounds) else _combine(red.arg.fn, acc, part)
         assert acc is not None  # _blocks covers every range with at least one block
-        memo[red] = (acc + perturb * mag if shift else acc).astype(red.dtype.np)
+        if shift: acc = Bounds(bounds.of(acc).lo - sum_order * mag, bounds.of(acc).hi + sum_order * mag)
+        memo[red] = _as(acc, red.dtype)
         block = [(0, 1) if a in axes else r for a, r in enumerate(block)]
-      _store(kernel.ast, block, buffers, conc, memo, leaves, live, nudge)
+      _store(kernel.ast, block, outs, buffers, conc, memo, leaves, live, widen)
+
+
+def _as(x: bounds.Value, dt: DType) -> bounds.Value:
+  return Bounds(np.asarray(x.lo, dtype=dt.np), np.asarray(x.hi, dtype=dt.np)) if isinstance(x, Bounds) else np.asarray(x, dtype=dt.np)
 
 
 # output poison: a quiet NaN with a payload no arithmetic produces, so an unwritten element is told
@@ -135,45 +157,40 @@ def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
 
 
 def expected_range(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None):
-  """(want, lo, hi) for the output: the reference, and the range a correct kernel may produce by
-  summing its float SUM in another order -- the SUM moved by 16 ulp x sqrt(n) of the magnitude of
-  its terms -- and by computing EXP2/LOG2/SIN within the contract -- every one moved by ULP_BOUND ulps --
-  each carried through the ops above it, alone and together. buffers[0] is left untouched. lo/hi are None
+  """(want, lo, hi) for the output: the reference, and the range a correct kernel may produce (`run_bounds`) by summing
+  its float SUM in another order -- the SUM within 16 ulp x sqrt(n) of the magnitude of its terms -- and by computing
+  EXP2/LOG2/SIN within the contract, carried through every op above them. buffers[0] is left untouched. lo/hi are None
   without a float SUM or a transcendental."""
   vv = kernel.var_vals(var_vals)
-  runs = []
+  want = [buffers[0].copy()] + list(buffers[1:])
+  run(kernel, want, vv)
   red = kernel.reduceop
-  shifts, nudges = [0.0], [0]
-  if red is not None and red.arg.fn == "SUM" and red.dtype.is_float:
-    rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv)))
-    shifts += [-rel, rel]
-  if any(n.op in TRANSCENDENTALS for n in kernel.nodes): nudges += [-1, 1]
-  for p in shifts:
-    for nu in nudges:
-      out = [buffers[0].copy()] + list(buffers[1:])
-      run(kernel, out, vv, perturb=p, nudge=nu)
-      runs.append(out[0])
-  if len(runs) == 1: return runs[0], None, None
-  with np.errstate(invalid="ignore"), warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN elements stay NaN bounds, and NaN is compared apart
-    stack = np.stack([r.astype(np.float64) for r in runs])
-    return runs[0], np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
+  float_sum = red is not None and red.arg.fn == "SUM" and red.dtype.is_float
+  if not float_sum and not any(n.op in TRANSCENDENTALS for n in kernel.nodes): return want[0], None, None
+  rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv))) if float_sum and red is not None else 0.0
+  return (want[0], *run_bounds(kernel, buffers, vv, rel))
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1, lo: Optional[np.ndarray] = None,
              hi: Optional[np.ndarray] = None) -> Optional[str]:
-  """None if `got` matches the reference `want`, else what differs. Integers and bools must be equal;
-  floats agree within 16 ulp of the dtype (growing with the square root of the reduction length), or
-  lie within [lo, hi] from `expected_range` widened by as much, and are NaN where the reference is."""
+  """None if `got` matches the reference `want`, else what differs. Integers and bools equal it, or lie within [lo, hi]
+  from `expected_range` (bools: lo certainly true, hi possibly true); floats agree within 16 ulp of the dtype (growing
+  with the square root of the reduction length) or lie within [lo, hi] widened by as much, and are NaN where the
+  reference is, or where lo or hi is NaN (NaN possible; the reference's own NaN where both are)."""
   if got.shape != want.shape: return f"shape {got.shape} != {want.shape}"
   if not dt.is_float:
-    bad = np.flatnonzero(got != want)
+    ok = got == want
+    if lo is not None and hi is not None: ok |= (got >= lo) & (got <= hi)
+    bad = np.flatnonzero(~ok)
   else:
     g, w = got.astype(np.float64), want.astype(np.float64)
     tol = FLOAT_TOLERANCE[dt.name] * max(1.0, math.sqrt(reduce_size))
     with np.errstate(invalid="ignore"):
       ok = (np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= tol * (1 + np.abs(w)))
-      if lo is not None and hi is not None: ok |= (g >= lo - tol * (1 + np.abs(lo))) & (g <= hi + tol * (1 + np.abs(hi)))
+      if lo is not None and hi is not None:
+        lo, hi = lo.astype(np.float64), hi.astype(np.float64)
+        ok |= ((np.isnan(lo) | np.isnan(hi)) & ~(np.isnan(lo) & np.isnan(hi) & np.isnan(w))) | \
+          ((g >= lo - tol * (1 + np.abs(lo))) & (g <= hi + tol * (1 + np.abs(hi))))
     bad = np.flatnonzero(~ok)
   if bad.size == 0: return None
   i = bad[0]
@@ -257,11 +274,13 @@ def _through_view(v, idxs: list, valid: np.ndarray, it) -> tuple[np.ndarray, np.
   return pos, valid
 
 
-def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict, nudge: int) -> np.ndarray:
+def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict, widen: bool) -> bounds.Value:
+  """n's value over the block: an array, or with `widen` Bounds where the contract lets a correct kernel differ."""
   if n in memo: return memo[n]
   if n.op in ("LOAD", "CONST"):
     key = tuple(block[d] for d in live[n])
     if n in leaves and leaves[n][0] == key: return leaves[n][1]
+  out: bounds.Value
   if n.op == "LOAD" and (view := _strided(conc(n.arg.st), block, buffers[n.arg.buf])) is not None: out = view
   elif n.op == "LOAD":
     a: MemArg = n.arg
@@ -275,10 +294,11 @@ def _eval(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict,
     _, valid = _positions(conc(c.st), block)
     out = np.where(valid, np.array(c.val, dtype=c.dtype.np), c.dtype.np.type(0))
   else:
-    srcs = [_eval(s, block, buffers, conc, memo, leaves, live, nudge) for s in n.src]
-    out = cast(srcs[0], n.src[0].dtype, n.arg.dtype, n.arg.bitcast) if n.op == "CAST" else alu(n.op, n.src[-1].dtype, srcs)
-    if nudge and n.op in TRANSCENDENTALS: out = nudge_ulps(out, n.dtype, nudge * ULP_BOUND[n.dtype.name])
-  memo[n] = out = np.asarray(out, dtype=n.dtype.np)
+    srcs = [_eval(s, block, buffers, conc, memo, leaves, live, widen) for s in n.src]
+    out = bounds.cast(srcs[0], n.src[0].dtype, n.arg.dtype, n.arg.bitcast, cast) if n.op == "CAST" else \
+      bounds.alu(n.op, n.src[-1].dtype, srcs, alu)
+    if widen and n.op in TRANSCENDENTALS: out = bounds.widen(out, n.dtype, ULP_BOUND[n.dtype.name], nudge_ulps)
+  memo[n] = out = _as(out, n.dtype)
   if n.op in ("LOAD", "CONST"): leaves[n] = (key, out)
   return out
 
@@ -296,15 +316,17 @@ def _strided(st: ShapeTracker, block, buf: np.ndarray, writeable: bool = False) 
                                          [s * buf.itemsize for s in strides], writeable=writeable)
 
 
-def _store(n: LazyOp, block, buffers, conc, memo: dict, leaves: dict, live: dict, nudge: int) -> None:
-  val = _eval(n.src[0], block, buffers, conc, memo, leaves, live, nudge)
-  if (out := _strided(conc(n.arg.st), block, buffers[0], writeable=True)) is not None and out.shape == tuple(hi - lo for lo, hi in block):
-    out[...] = val
-    return
-  pos, valid = _positions(conc(n.arg.st), block)
-  shape = [hi - lo for lo, hi in block]
-  pos, valid, val = (np.broadcast_to(x, shape) for x in (pos, valid, val))
-  buffers[0][pos[valid]] = val[valid]
+def _store(n: LazyOp, block, outs: list[np.ndarray], buffers, conc, memo: dict, leaves: dict, live: dict, widen: bool) -> None:
+  """The block of the STORE's value into outs (one output, or with `widen` the lo and hi outputs)."""
+  val = _eval(n.src[0], block, buffers, conc, memo, leaves, live, widen)
+  for out_buf, v in zip(outs, (val.lo, val.hi) if isinstance(val, Bounds) else (val, val)):
+    if (out := _strided(conc(n.arg.st), block, out_buf, writeable=True)) is not None and out.shape == tuple(hi - lo for lo, hi in block):
+      out[...] = v
+      continue
+    pos, valid = _positions(conc(n.arg.st), block)
+    shape = [hi - lo for lo, hi in block]
+    pos, valid, v = (np.broadcast_to(x, shape) for x in (pos, valid, v))
+    out_buf[pos[valid]] = v[valid]
 
 
 def alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
