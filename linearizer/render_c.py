@@ -189,12 +189,6 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
   return _narrow(dst, f"({lang.ctype(dst)}){_f(src, x)}", lang)
 
 
-# vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type, and gcc's own
-# builtins of them, what <immintrin.h> wraps: the float32 and float64 calls)
-FMA_X86 = {16: ("__FMA__", "_mm", "__m128", "__builtin_ia32_vfmaddps(a, b, c)", "__builtin_ia32_vfmaddpd(a, b, c)"),
-           32: ("__FMA__", "_mm256", "__m256", "__builtin_ia32_vfmaddps256(a, b, c)", "__builtin_ia32_vfmaddpd256(a, b, c)"),
-           64: ("__AVX512F__", "_mm512", "__m512", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)",
-                "__builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4)")}
 VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is
 
 def vtype(dt: DType, vec: int, lang: Lang) -> str: return lang.vtype.format(d=dt.name, t=lang.ctype(dt), n=vec) if vec > 1 else lang.ctype(dt)
@@ -230,19 +224,10 @@ def vcast(x: str, src: DType, dst: DType, vt: str, vec: int, lang: Lang) -> str:
   for step in steps(src, dst): x = lang.convert.format(x=x, vt=vtype(step, vec, lang))
   return lang.convert.format(x=f"{x}&1" if src == bool_ else x, vt=vt)
 
-def mulacc_fn(vt: str, dt: DType, nbytes: int) -> str:
-  """a*b+c on vectors, rounded once where the ISA has a fused multiply-add. C has no vector fma: gcc takes its builtin
-  of the instruction, which needs no header (parsing <immintrin.h> was ~0.15 s of a search candidate's ~0.25 s
-  compile), clang the x86 intrinsic. (A lane loop of fmaf, which gcc 12.2 vectorises into one vfmadd, was miscompiled
-  inlined into a blocked matvec with its weights packed at -mprefer-vector-width=512: corpus sops_7348, 1,200 of 1,280
-  outputs wrong; see docs/compiler-bugs/.)"""
-  body = "  return a * b + c;  /* no FMA: rounded twice, as the reference rounds */\n"
-  if nbytes in FMA_X86:
-    guard, pre, m, gcc_ps, gcc_pd = FMA_X86[nbytes]
-    s, m, builtin = ("ps", m, gcc_ps) if dt.name == "float32" else ("pd", m + "d", gcc_pd)
-    body = (f"#if defined({guard}) && defined(__clang__)\n  return ({vt}){pre}_fmadd_{s}(({m})a, ({m})b, ({m})c);\n"
-            f"#elif defined({guard})\n  return {builtin};\n#else\n{body}#endif\n")
-  return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
+def mulacc_fn(vt: str, dt: DType, lanes: int) -> str:
+  """a*b+c on vectors, rounded once where the ISA has a fused multiply-add (vecmath.fma_fn; other dtypes twice)."""
+  if dt.name not in ("float32", "float64"): return f"static inline {vt} mulacc_{vt}({vt} a, {vt} b, {vt} c) {{\n  return a * b + c;\n}}\n"
+  return vecmath.fma_fn(f"mulacc_{vt}", vt, dt.name == "float64", lanes)
 
 def sqrt_fn(vt: str, dt: DType, lanes: int) -> str:
   """sqrt on vectors: C has none, but gcc and clang make one vsqrtps/vsqrtpd of a lane loop (under -fno-math-errno)."""
@@ -262,7 +247,7 @@ def vector_decls(prog: Program, lang: Lang) -> str:
     f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n",
     f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n")))
   if fmas: out.append("#if defined(__clang__) && (defined(__FMA__) || defined(__AVX512F__))\n#include <immintrin.h>\n#endif\n")
-  return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, dt.itemsize * vec) for dt, vec in dict.fromkeys(fmas)] +
+  return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, vec) for dt, vec in dict.fromkeys(fmas)] +
                  [sqrt_fn(vtype(dt, vec, lang), dt, vec) for dt, vec in dict.fromkeys(sqrts)])
 
 

@@ -74,23 +74,38 @@ _P3 = _f("0x1.3198a2e037073p-69")
 def _types(n: int) -> str:
   return (f"typedef float tsvc_f{n} __attribute__((vector_size({4 * n})));\n"
           f"typedef double tsvc_d{n} __attribute__((vector_size({8 * n})));\n"
-          f"typedef long long tsvc_l{n} __attribute__((vector_size({8 * n})));\n")
+          f"typedef long long tsvc_l{n} __attribute__((vector_size({8 * n})));\n"
+          f"typedef int tsvc_i{n} __attribute__((vector_size({4 * n})));\n")  # exp2_float's
 
-# lanes -> a*b+c rounded once on tsvc_d{n} where x86 has an FMA: gcc makes one vfmadd of a lane loop of fma() and needs
-# no header (parsing <immintrin.h> is ~0.15 s of a kernel's compile); clang, which leaves that loop partly scalar, takes
-# the intrinsic. Elsewhere a multiply and an add: the polynomials' error budget holds either way.
-_FMA_X86 = {4: ("__FMA__", "_mm256_fmadd_pd", "__m256d"), 8: ("__AVX512F__", "_mm512_fmadd_pd", "__m512d")}
+# vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type, and gcc's own
+# builtins of them, what <immintrin.h> wraps: the float32 and float64 calls)
+FMA_X86 = {16: ("__FMA__", "_mm", "__m128", "__builtin_ia32_vfmaddps(a, b, c)", "__builtin_ia32_vfmaddpd(a, b, c)"),
+           32: ("__FMA__", "_mm256", "__m256", "__builtin_ia32_vfmaddps256(a, b, c)", "__builtin_ia32_vfmaddpd256(a, b, c)"),
+           64: ("__AVX512F__", "_mm512", "__m512", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)",
+                "__builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4)")}
+
+def fma_fn(name: str, vt: str, double: bool, lanes: int) -> str:
+  """`static inline vt name(vt a, vt b, vt c)`: a*b+c on a gcc vector, rounded once where the ISA has a fused multiply-add,
+  else a multiply and an add (rounded twice, as the reference rounds). C has no vector fma: gcc takes its builtin of the
+  instruction, which needs no header (parsing <immintrin.h> was ~0.15 s of a search candidate's ~0.25 s compile), clang
+  the x86 intrinsic; one lane, the scalar fma. (A lane loop of fmaf, which gcc 12.2 vectorises into one vfmadd, was
+  miscompiled inlined into a blocked matvec with its weights packed, corpus sops_7348 (docs/compiler-bugs/), and left
+  partly scalar inlined into the float SIN.)"""
+  body = "  return a * b + c;\n"
+  if lanes == 1:
+    body = f"#if defined(__FMA__)\n  return ({vt}){{__builtin_fma{'' if double else 'f'}(a[0], b[0], c[0])}};\n#else\n{body}#endif\n"
+  elif (nbytes := lanes * (8 if double else 4)) in FMA_X86:
+    guard, pre, m, gcc_ps, gcc_pd = FMA_X86[nbytes]
+    sfx, m, builtin = ("pd", m + "d", gcc_pd) if double else ("ps", m, gcc_ps)
+    body = (f"#if defined({guard}) && defined(__clang__)\n  return ({vt}){pre}_fmadd_{sfx}(({m})a, ({m})b, ({m})c);\n"
+            f"#elif defined({guard})\n  return {builtin};\n#else\n{body}#endif\n")
+  return f"static inline {vt} {name}({vt} a, {vt} b, {vt} c) {{\n{body}}}\n"
 
 def _helpers(n: int) -> str:
   """tsvc_fma_d{n}, tsvc_any_l{n} (is any lane of a mask set: OR-ed halves; a lane loop is an extract and an OR a lane)
   and tsvc_lookup_d{n} (a 16-entry table per lane: one two-register permute on AVX-512)."""
   d, l = f"tsvc_d{n}", f"tsvc_l{n}"
-  loop = f"{d} r;\n  for (int i = 0; i < {n}; i++) r[i] = __builtin_fma(a[i], b[i], c[i]);\n  return r;"
-  if n == 1: fma = "#if defined(__FMA__)\n  return (tsvc_d1){__builtin_fma(a[0], b[0], c[0])};\n"
-  else:
-    guard, fn, m = _FMA_X86[n]
-    fma = f"#if defined({guard}) && defined(__clang__)\n  return ({d}){fn}(({m})a, ({m})b, ({m})c);\n#elif defined({guard})\n  {loop}\n"
-  out = f"{_INLINE} {d} tsvc_fma_d{n}({d} a, {d} b, {d} c) {{\n{fma}#else\n  return a * b + c;\n#endif\n}}\n"
+  out = fma_fn(f"tsvc_fma_d{n}", d, True, n)
   half = lambda lo: ", ".join(map(str, range(lo, lo + n // 2)))
   halves = f"__builtin_shufflevector(m, m, {half(0)}) | __builtin_shufflevector(m, m, {half(n // 2)})"
   anyl = {1: "return m[0] != 0;", 4: f"tsvc_l2 h = {halves};\n  return (h[0] | h[1]) != 0;", 8: f"return tsvc_any_l4({halves});"}[n]
@@ -171,10 +186,16 @@ def _core(n: int) -> str:
 # instance is two of half the lanes (gcc scalarises comparisons on vectors wider than the ISA's: 16 lanes of double
 # ran 10x slower)
 DIRECT = {1: "", 4: "", 8: "__AVX512F__"}
-# lanes -> the macro under which EXP2 computes on the float lanes themselves (exp2_float: one register, fused multiply-adds);
-# elsewhere as LOG2 and SIN do
-FLOAT_EXP2 = {1: "__FMA__", 4: "__FMA__", 8: "__FMA__", 16: "__AVX512F__"}
-_FMA_PS = {4: "_mm_fmadd_ps", 8: "_mm256_fmadd_ps", 16: "_mm512_fmadd_ps"}
+# lanes -> the macro under which EXP2 computes on the float lanes themselves (one register, fused multiply-adds);
+# elsewhere as LOG2 and SIN do. (SIN there too, its reduction in doubles and its polynomials on floats, was no faster on
+# Zen 5 alone, 0.82 vs 0.77 ms a 1M-float SIN, and slower in elementwise_chain, whose SINs are one latency-bound chain.)
+FLOAT_LANES = {1: "__FMA__", 4: "__FMA__", 8: "__FMA__", 16: "__AVX512F__"}
+
+def _horner(n: int, var: str, coeffs: list[float]) -> str:
+  c = lambda v: f"((tsvc_f{n}){{}}+{float(v).hex()}f)"
+  out = c(coeffs[-1])
+  for co in reversed(coeffs[:-1]): out = f"tsvc_fma_f{n}({var}, {out}, {c(co)})"
+  return out
 
 def _exp2_float(n: int) -> str:
   """EXP2 on n float lanes within 0.87 ulp (tests/test_vecmath.py measures every input): twice the lanes of the double
@@ -184,17 +205,10 @@ def _exp2_float(n: int) -> str:
   r = -1/2) are the error. 2^k as two normal powers of two, so that p * 2^k1 is exact and * 2^k2 rounds once, subnormal
   results included."""
   f, i = f"tsvc_f{n}", f"tsvc_i{n}"
-  if n == 1: fma = "  return (tsvc_f1){__builtin_fmaf(a[0], b[0], c[0])};\n"
-  else: fma = (f"#if defined(__clang__)\n  return ({f}){_FMA_PS[n]}(a, b, c);\n#else\n  {f} r;\n"
-               f"  for (int j = 0; j < {n}; j++) r[j] = __builtin_fmaf(a[j], b[j], c[j]);\n  return r;\n#endif\n")
-  c = lambda v: f"(({f}){{}}+{float(v).hex()}f)"
-  clamp = lambda cmp, v: f"  m = x {cmp} {float(v).hex()}f;\n  x = ({f})((m & ({i}){c(v)}) | (~m & ({i})x));\n"
-  horner = c(EXP2_QF[-1])
-  for co in reversed(EXP2_QF[:-1]): horner = f"tsvc_fma_f{n}(r, {horner}, {c(co)})"
-  return (f"typedef int {i} __attribute__((vector_size({4 * n})));\n{_INLINE} {f} tsvc_fma_f{n}({f} a, {f} b, {f} c) {{\n{fma}}}\n"
-          f"{_INLINE} {f} tsvc_exp2_f{n}({f} x) {{\n  {i} m;\n{clamp('>', 129)}{clamp('<', -151)}"
+  clamp = lambda cmp, v: f"  m = x {cmp} {float(v).hex()}f;\n  x = ({f})((m & ({i})(({f}){{}}+{float(v).hex()}f)) | (~m & ({i})x));\n"
+  return (f"{_INLINE} {f} tsvc_exp2_f{n}({f} x) {{\n  {i} m;\n{clamp('>', 129)}{clamp('<', -151)}"
           f"  {f} t = x + 0x1.8p+23f;  /* rounds x to an integer, kept in t's low mantissa bits */\n"
-          f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {horner}, {c(1.0)});\n"
+          f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {_horner(n, 'r', EXP2_QF)}, (({f}){{}}+1.0f));\n"
           f"  {i} k = ({i})t - 0x4b400000, k1 = k >> 1;\n"
           f"  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n}}\n")
 
@@ -213,8 +227,8 @@ def c_source(n: int) -> str:
     if n not in DIRECT: return "".join(map(split, fns))
     return f"#ifdef {DIRECT[n]}\n{''.join(map(direct, fns))}#else\n{''.join(map(split, fns))}#endif\n"
   core = _core(n) if DIRECT.get(n) == "" else f"#ifdef {DIRECT[n]}\n{_core(n)}#endif\n" if n in DIRECT else ""
-  exp2 = f"#if defined({FLOAT_EXP2[n]})\n{_exp2_float(n)}#else\n{through_doubles(('exp2',))}#endif\n"
-  body = _types(n) + core + exp2 + through_doubles(("log2", "sin"))
+  floats = f"#if defined({FLOAT_LANES[n]})\n{fma_fn('tsvc_fma_f' + str(n), f, False, n)}{_exp2_float(n)}#else\n{through_doubles(('exp2',))}#endif\n"
+  body = _types(n) + core + floats + through_doubles(("log2", "sin"))
   if n == 1:
     body += "".join(f"{_INLINE} float tsvc_{fn}f(float x) {{ return tsvc_{fn}_f1((tsvc_f1){{x}})[0]; }}\n" for fn in ("exp2", "log2", "sin"))
   return (c_source(h) if n > 4 else _tables()) + f"#ifndef TSVC_MATH_{n}\n#define TSVC_MATH_{n}\n{body}#endif\n"

@@ -54,7 +54,7 @@ def test_float32_every_input(harness, fn):
 
 # without AVX-512 (x86-64-v3: AVX2 and FMA; 8 lanes are two 4-lane halves) and without FMA or AVX (x86-64-v2: each
 # fused multiply-add a multiply and an add, the lane loops) the source takes other paths: every 1021st block of inputs.
-# EXP2 computes on float lanes where there is an FMA (vecmath.FLOAT_EXP2), within the contract; elsewhere, and LOG2 and
+# EXP2 computes on float lanes where there is an FMA (vecmath.FLOAT_LANES), within the contract; elsewhere, and LOG2 and
 # SIN everywhere, through doubles, correctly rounded
 X86_LEVELS = ("x86-64-v2", "x86-64-v3")
 
