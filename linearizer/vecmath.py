@@ -197,20 +197,30 @@ def _horner(n: int, var: str, coeffs: list[float]) -> str:
   for co in reversed(coeffs[:-1]): out = f"tsvc_fma_f{n}({var}, {out}, {c(co)})"
   return out
 
+# lanes -> (the macro saying x86 has vscalefps at that width, its intrinsic and type, gcc's builtin): p * 2^k in one
+# instruction, rounded once (subnormal and overflowing results included), instead of two multiplies by built powers of two
+SCALEF_X86 = {4: ("__AVX512VL__", "_mm_scalef_ps", "__m128", "__builtin_ia32_scalefps128_mask(p, k, p, (unsigned char)-1)"),
+              8: ("__AVX512VL__", "_mm256_scalef_ps", "__m256", "__builtin_ia32_scalefps256_mask(p, k, p, (unsigned char)-1)"),
+              16: ("__AVX512F__", "_mm512_scalef_ps", "__m512", "__builtin_ia32_scalefps512_mask(p, k, p, (unsigned short)-1, 4)")}
+
 def _exp2_float(n: int) -> str:
   """EXP2 on n float lanes within 0.87 ulp (tests/test_vecmath.py measures every input): twice the lanes of the double
   path a register, and no conversions. x = k + r (k = round(x), |r| <= 1/2, exact) after clamping x to [-151, 129];
   2^r = 1 + r*q(r), q of degree 6 (relative error 2^-28.4 with float coefficients, each rounded then the rest refitted),
   Horner's scheme in fused multiply-adds: the last one's rounding (1/2 ulp) and q's (at most 1/4 ulp of the result, at
-  r = -1/2) are the error. 2^k as two normal powers of two, so that p * 2^k1 is exact and * 2^k2 rounds once, subnormal
-  results included."""
+  r = -1/2) are the error. p * 2^k by vscalefps where the ISA has it, else as two normal powers of two, so that
+  p * 2^k1 is exact and * 2^k2 rounds once, subnormal results included."""
   f, i = f"tsvc_f{n}", f"tsvc_i{n}"
+  scale = f"  {i} k = ({i})t - 0x4b400000, k1 = k >> 1;\n  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n"
+  if n in SCALEF_X86:
+    guard, fn, m, builtin = SCALEF_X86[n]
+    scale = (f"#if defined({guard}) && defined(__clang__)\n  return ({f}){fn}(({m})p, ({m})(t - 0x1.8p+23f));\n"
+             f"#elif defined({guard})\n  {f} k = t - 0x1.8p+23f;\n  return {builtin};\n#else\n{scale}#endif\n")
   clamp = lambda cmp, v: f"  m = x {cmp} {float(v).hex()}f;\n  x = ({f})((m & ({i})(({f}){{}}+{float(v).hex()}f)) | (~m & ({i})x));\n"
   return (f"{_INLINE} {f} tsvc_exp2_f{n}({f} x) {{\n  {i} m;\n{clamp('>', 129)}{clamp('<', -151)}"
           f"  {f} t = x + 0x1.8p+23f;  /* rounds x to an integer, kept in t's low mantissa bits */\n"
           f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {_horner(n, 'r', EXP2_QF)}, (({f}){{}}+1.0f));\n"
-          f"  {i} k = ({i})t - 0x4b400000, k1 = k >> 1;\n"
-          f"  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n}}\n")
+          f"{scale}}}\n")
 
 def c_source(n: int) -> str:
   """tsvc_exp2_f{n}, tsvc_log2_f{n}, tsvc_sin_f{n} on n float32 lanes (tsvc_f{n}: a gcc vector; n = 1 adds tsvc_exp2f & co
