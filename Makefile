@@ -22,6 +22,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/tunesvc demo $(DEMO_ARGS)
 
+# The tests write Python's bytecode (__pycache__/, git-ignored) even where PYTHONDONTWRITEBYTECODE says not to (this machine's
+# shell, maybe CI's): the suite starts hundreds of Python processes (xdist workers, compile pools, CLI runs, each pytest
+# rewriting every test module's asserts), each of which would compile the same sources again (CPU -20% on test_cli.py and
+# -25% on test_worker + test_search_batch + test_client, no bytecode at the start either way)
+test test-quick test-exhaustive tinygrad-tests: export PYTHONDONTWRITEBYTECODE =
+
 # The suite, as CI runs it: every test but the timing-dependent and the exhaustive ones spread over the cores
 # (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on. What it compiles
 # (C libraries, PoCL's and tinygrad's kernels: by content) is kept in build/test-cache for the next run (tests/conftest.py).
