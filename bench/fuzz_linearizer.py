@@ -3,6 +3,7 @@
   .venv/bin/python bench/fuzz_linearizer.py --cases 3000 --seed 0              # the shared corpus + examples + builder kernels
   .venv/bin/python bench/fuzz_linearizer.py --per-kernel 3 --builders 0 --max-positions 1000000000000 --timeout 1200
                                                                               # every kernel, 3 schedules each, none skipped
+  ... the same --first 1200                                                   # that run again from its case 1200 (resumed)
   .venv/bin/python bench/fuzz_linearizer.py --corpus k.jsonl --builders 0 --asan  # only k.jsonl, under AddressSanitizer
   .venv/bin/python bench/fuzz_linearizer.py --per-kernel 1 --hand-coded       # each kernel's hand-coded schedule + 0-4 opts
   .venv/bin/python bench/fuzz_linearizer.py --replay fuzz_failures/MISMATCH-corpus_sops_7046-1a2b3c4d.json
@@ -56,20 +57,24 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--replay", metavar="FILE", help="run one replay file again; exit 0 if it passes now")
   p.add_argument("--print-source", action="store_true", help="with --replay: print the generated source")
   p.add_argument("--progress", type=int, default=0, metavar="N", help="print the counts so far every N cases")
+  p.add_argument("--first", type=int, default=0, metavar="N", help="start at case N of the run, the cases before it drawn but not run: "
+                 "a long run resumed where it stopped (its last --progress count), or split in parts")
   args = p.parse_args(argv)
   if args.replay: return replay(args.replay, args.print_source, args.timeout, args.cpu_timeout)
   t0 = time.perf_counter()
   kernels, skipped = kernel_pool(args.corpus or [str(CORPUS), str(EXAMPLES)], args.builders, args.seed, args.max_positions, args.min_positions)
   if not kernels: raise SystemExit("no kernels to fuzz")
   if args.per_kernel: args.cases = args.per_kernel * len(kernels)
+  runs = max(0, args.cases - args.first)
   print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); "
-        f"{args.cases} cases, seed {args.seed}, {args.jobs} jobs on {args.device}{' with ASan' if args.asan else ''}", flush=True)
+        f"{args.cases} cases{f', from case {args.first} on' if args.first else ''}, seed {args.seed}, {args.jobs} jobs on {args.device}"
+        f"{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
   with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions, args.hand_coded, cpu_timeout=args.cpu_timeout) as pool:
-    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress)
+    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress, args.first)
   t2 = time.perf_counter()
   print(table(counts))
-  print(f"{args.cases} cases in {t2 - t1:.1f} s ({(t2 - t1) / max(1, args.cases) * 1e3:.0f} ms a case, {args.jobs} jobs); loading {t1 - t0:.1f} s")
+  print(f"{runs} cases in {t2 - t1:.1f} s ({(t2 - t1) / max(1, runs) * 1e3:.0f} ms a case, {args.jobs} jobs); loading {t1 - t0:.1f} s")
   return 0 if set(counts) <= {Outcome.PASS} else 1
 
 

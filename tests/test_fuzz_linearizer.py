@@ -1,7 +1,7 @@
 """The linearizer fuzzer (bench/fuzz_linearizer.py over linearizer/fuzz.py): a bounded run over the corpus, the examples
 and builder kernels must find nothing; planted bugs must be classified, saved and replayed; under AddressSanitizer,
 masked and padded kernels must never touch memory outside their buffers."""
-import json, os, random, shutil, subprocess, sys
+import json, os, random, re, shutil, subprocess, sys
 from pathlib import Path
 from typing import Optional
 import pytest
@@ -73,6 +73,12 @@ def test_planted_bugs_are_classified_saved_and_replayed(tmp_path, first, last, s
   assert f"{status:<14}      2" in r.stdout and says in r.stdout, r.stdout  # the fuzzer survived both, and says so
   files = sorted(out.glob(f"{status}-mm_mm8-*.json"))
   assert len(files) == 2
+  if status == "MISMATCH":  # a run resumed at its second case runs exactly that case again
+    part = fuzz_script("--corpus", str(tmp_path / "mm.json"), "--builders", "0", "--cases", "2", "--first", "1", "--jobs", "1", *LIMITS,
+                       "--out", str(tmp_path / "part"), env=env)
+    assert f"{status:<14}      1" in part.stdout and "from case 1 on" in part.stdout, part.stdout + part.stderr
+    second = Path(re.findall(r" -> (\S+\.json)", r.stdout)[1]).name  # one job: the cases end in their order
+    assert [f.name for f in (tmp_path / "part").iterdir()] == [second]
   rec = json.loads(files[0].read_text())
   assert rec["status"] == status and rec["kernel"]["name"] == "mm8" and rec["device"] == "CPU" and says in rec["message"]
   again = fuzz_script("--replay", str(files[0]), "--print-source", *LIMITS, env=env)
