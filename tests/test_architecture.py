@@ -1,4 +1,4 @@
-"""The package boundaries of ../shared/design/ARCHITECTURE.md, checked on every import statement (function-level ones
+"""The package boundaries (README.md's Layout; the design's ARCHITECTURE.md), checked on every import statement (function-level ones
 too): what each package may import of ours outside itself. The API and the store take search.result, the result's
 schema, and search.settings (dataclasses, no device), besides linearizer (whose alike.py gives the kernel's structure and
 sizes by which the store finds kernels alike); the runtime library (runtime, client and its
