@@ -1,13 +1,15 @@
 """How many candidates each search strategy measures before it finds a fast schedule, and how well the cost model ranks.
 
 For N corpus kernels (a seeded pick of float32 kernels without variables, of --min-pos..--max-pos output positions x
-reduce size): a reference beam search (beam --ref-beam, no candidate budget, capped at --ref-budget-s seconds: as
-close to exhaustive as the machine allows) and a model-guided one (strategy=model, beam --ref-beam, --measure-top a
-round) are run, the two in alternating order kernel by kernel. Per strategy: the candidates measured until the first
-verified one within 95% of the reference's best speed (the beam's own count read off the reference run, in measuring
-order), and how many it measured in all. Ranking quality: the cost model fitted on a seeded 3/4 of the reference run's
-verified measurements, Kendall tau of its ranking of the held-back quarter against their measured times. The machine's
-load (/proc/loadavg) is recorded before and after, and each candidate's other load during its timing.
+reduce size, none of those the shipped prior was measured on): a reference beam search (beam --ref-beam, no candidate
+budget, capped at --ref-budget-s seconds: as close to exhaustive as the machine allows) and a model-guided one
+(strategy=model, beam --ref-beam, --measure-top a round) are run, the two in alternating order kernel by kernel. Per
+strategy: the candidates measured until the first verified one within 95% of the reference's best speed (the beam's own
+count read off the reference run, in measuring order), and how many it measured in all. Ranking quality: Kendall tau
+against the reference run's measured times of a cost model fitted on a seeded 3/4 of its timed candidates, ranking the
+held-back quarter (tau), and of the prior shipped for this CPU's family (search/prior.py, fitted on other kernels)
+ranking all of them (prior_tau). The machine's load (/proc/loadavg) is recorded before and after, and each candidate's
+other load during its timing.
 
   nice -n 10 python bench/sample_efficiency.py --kernels 3 --json docs/sample_efficiency.json
 """
@@ -20,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from devices import cpu
 from linearizer.ast import loads
 from linearizer.kernel import Kernel, Opt
+from search import prior
 from search.cost_model import CostModel
 from search.features import features
 from search.result import SearchResult, Status
@@ -30,8 +33,11 @@ CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in
 
 
 def pick(n: int, seed: int, lo: int, hi: int) -> list:
+  """Less the kernels the shipped prior was measured on (search/prior.py): its ranking is judged on kernels it never saw."""
   with gzip.open(CORPUS, "rt", encoding="utf-8") as f: ks = [loads(line) for line in f if line.strip()]
-  ok = [k for k in ks if not k.vars and all(x.dtype.name == "float32" for x in k.nodes) and lo <= math.prod(k.full_shape) <= hi]
+  seen = prior.trained_on(cpu.options())
+  ok = [k for k in ks if k.name not in seen and not k.vars and all(x.dtype.name == "float32" for x in k.nodes)
+        and lo <= math.prod(k.full_shape) <= hi]
   random.Random(seed).shuffle(ok)
   return ok[:n]
 
@@ -41,16 +47,21 @@ def to_95(r: SearchResult, best_s: float) -> int | None:
   return next((i + 1 for i, c in enumerate(r.candidates) if c.status is Status.OK and c.verified and c.min_s * 0.95 <= best_s), None)
 
 
-def held_out_tau(ast, r: SearchResult, seed: int) -> float | None:
-  ok = [c for c in r.candidates if c.status is Status.OK and c.verified]
-  if len(ok) < 12: return None
-  random.Random(seed).shuffle(ok)
-  X = [features(Kernel(ast, cpu.options()).apply_opts([Opt.from_json(o) for o in c.opts])) for c in ok]
-  cut = len(ok) * 3 // 4
-  pred = CostModel().fit(X[:cut], [c.min_s for c in ok[:cut]]).predict(X[cut:])
-  t = [c.min_s for c in ok[cut:]]
+def kendall(pred, t) -> float:
   pairs = list(itertools.combinations(range(len(t)), 2))
   return float(sum(np.sign(pred[i] - pred[j]) * np.sign(t[i] - t[j]) for i, j in pairs) / len(pairs))
+
+
+def taus(ast, r: SearchResult, seed: int) -> tuple[float | None, float | None]:
+  """Kendall tau of (a) a model fitted on a seeded 3/4 of the run's timed candidates, ranking the held-back quarter, and
+  (b) the shipped prior's model (search/prior.py, fitted on other kernels) ranking all of them; None under 12."""
+  timed = [c for c in r.candidates if c.min_s]
+  if len(timed) < 12: return None, None
+  random.Random(seed).shuffle(timed)
+  X = [features(Kernel(ast, cpu.options()).apply_opts([Opt.from_json(o) for o in c.opts])) for c in timed]
+  t, cut = [c.min_s for c in timed], len(timed) * 3 // 4
+  shipped = prior.model(cpu.options())
+  return kendall(CostModel().fit(X[:cut], t[:cut]).predict(X[cut:]), t[cut:]), None if shipped is None else kendall(shipped.predict(X), t)
 
 
 def main() -> None:
@@ -70,13 +81,13 @@ def main() -> None:
     runs: dict[str, SearchResult] = {}
     for who in (("beam", "model") if i % 2 == 0 else ("model", "beam")):
       t = time.monotonic()
-      model = {"strategy": "model", "measure_top": a.measure_top} if who == "model" else {}
+      model = {"strategy": "model", "measure_top": a.measure_top} if who == "model" else {"strategy": "beam"}
       runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **model)))
       print(f"{ast.name} {who}: {len(runs[who].candidates)} candidates, {time.monotonic() - t:.1f} s", file=sys.stderr)
     best = min(c.min_s for r in runs.values() for c in r.candidates if c.status is Status.OK and c.verified)
     rows.append({"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best,
                  **{f"{who}_to_95": to_95(r, best) for who, r in runs.items()}, **{f"{who}_measured": len(r.candidates) for who, r in runs.items()},
-                 "tau": held_out_tau(ast, runs["beam"], a.seed),
+                 **dict(zip(("tau", "prior_tau"), taus(ast, runs["beam"], a.seed))),
                  "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2)})
     print(json.dumps(rows[-1]))
   out = {"command": " ".join(sys.argv), "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().split()[:3], "rows": rows}

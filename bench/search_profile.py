@@ -5,8 +5,9 @@
 
 Per kernel (SearchSettings(beam=4, budget_s=240) as bench/search_vs_tinygrad.py, and --settings): the wall time of tune()
 and, of its main thread, the time spent starting the compile pool and the runner (the first search of the process only:
-later ones lease them warm), waiting for builds (rendering and gcc in the pool), timing candidates (the runner's calls:
-the kernel's own runs, and the rest of it, the pipe, the output's poisoning, loading the library), checking the round's
+later ones lease them warm), waiting for builds (rendering and gcc in the pool), featurising and ranking a round's
+children (the model strategy), timing candidates (the runner's calls: the kernel's own runs, and the rest of it, the
+pipe, the output's poisoning, loading the library), checking the round's
 fastest against the reference, the final re-timing, and the rest (the strategy, Python). The reference is computed
 in a thread while the seeds build; its time is shown apart (it overlaps). CPU seconds of the pool's workers, the
 compilers they ran and the runner come from /proc. Also: candidates by round, timed runs, slow (stopped early) ones.
@@ -26,13 +27,14 @@ from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from linearizer.lower import lower
 from linearizer.reference import random_buffers
-from search import runner as runner_mod, tune as tune_mod, workshop as workshop_mod
+from search import model_beam, runner as runner_mod, tune as tune_mod, workshop as workshop_mod
 from search.actions import actions_for, children
 from search.settings import SearchSettings
 
 PHASES = {"lease": (workshop_mod.Workshop, "lease"), "timing": (runner_mod.Runner, "measure"),
           "check": (tune_mod._Search, "verify_fastest"), "final": (tune_mod._Search, "final"),
-          "reference": (workshop_mod, "write_case")}  # the workshop calls it
+          "reference": (workshop_mod, "write_case"),  # the workshop calls it
+          "rank": (model_beam.ModelBeamStrategy, "_next_round")}  # the model strategy's: featurising and ranking a round's children
 
 
 class Clock:
@@ -92,7 +94,7 @@ def profile(name: str, k, settings: SearchSettings, clock: Clock) -> dict:
   r = tune_mod.tune(k, "CPU", settings)
   wall = time.perf_counter() - t0
   main_cpu, pool_cpu = sum(os.times()[:2]) - m0, proc_cpu_s(pids) - c0 if pids else None
-  build = wall - sum(clock.s[p] for p in ("lease", "timing", "check", "final"))
+  build = wall - sum(clock.s[p] for p in ("lease", "timing", "check", "final", "rank"))
   return {"kernel": name, "wall_s": wall, "phases": dict(clock.s), "calls": dict(clock.n), "build_and_rest_s": build,
           "main_cpu_s": main_cpu, "pool_runner_cpu_s": pool_cpu, "candidates": len(r.candidates),
           "rounds": dict(collections.Counter(c.round for c in r.candidates)),
@@ -171,7 +173,8 @@ def main() -> int:
     rows.append(row)
     ph, n = row["phases"], row["calls"]
     print(f"{name}: {row['wall_s']:.2f} s wall | pool+runner start {ph.get('lease', 0):.2f} | builds (render, gcc) and "
-          f"the rest {row['build_and_rest_s']:.2f} | timing {ph.get('timing', 0):.2f} ({n.get('timing', 0)} calls, kernel runs "
+          f"the rest {row['build_and_rest_s']:.2f} | rank {ph.get('rank', 0):.2f} "
+          f"| timing {ph.get('timing', 0):.2f} ({n.get('timing', 0)} calls, kernel runs "
           f"{ph.get('kernel runs', 0):.2f} s in {n.get('kernel runs', 0)}) | check {ph.get('check', 0):.2f} | final {ph.get('final', 0):.2f} "
           f"| reference {ph.get('reference', 0):.2f} (overlapped) | CPU: main {row['main_cpu_s']:.2f} s, pool+compilers+runner "
           + ("n/a (first search)" if row["pool_runner_cpu_s"] is None else f"{row['pool_runner_cpu_s']:.2f} s")

@@ -4,7 +4,9 @@ Round 0 proposes the seeds (the hand-coded schedule, the unoptimised kernel, and
 beam (the `beam` fastest where there are more). Each later round expands every beam member by every legal action (round
 1 first tries the `extra` candidates: a warm start's variants, search/similar.py), skips schedules already proposed, and
 keeps the `beam` fastest verified candidates of the round as the next beam. It ends when a round's best is less than
-`min_improvement` faster than the previous round's, when nothing is left to try, or after max_rounds. The seeds compete
+`min_improvement` faster than the previous round's, when nothing is left to try, or after max_rounds; a round that
+measured only some of its children (a cost model's cut) and got no verified one first measures measure_top more, and
+one that gained too little ends the search only after `patience` such rounds in a row. The seeds compete
 for the win but do not end the search: one-opt schedules rarely beat the hand-coded one, their descendants may. Ties
 break by the order candidates were generated in, so a search is deterministic for given timings.
 """
@@ -21,6 +23,8 @@ class BeamStrategy:
     self.actions, self.s, self.extra = actions, s, list(extra)
     self.order = {tuple(k.applied_opts): i for i, k in enumerate(seeds)}  # generation order: the tie-break
     self.round, self.beam, self.pending = 0, list(seeds), list(seeds)  # the pending: this round's, not proposed yet
+    self.rest: list[Kernel] = []      # this round's children a cut left unmeasured (search/model_beam.py), best first
+    self.partial, self.stale = False, 0  # whether this round was cut; rounds in a row without gain
     self.results: list[tuple[Kernel, Candidate]] = []                  # this round's
     self.last, self.done = float("inf"), False
 
@@ -37,10 +41,16 @@ class BeamStrategy:
     ok = sorted(((k, c) for k, c in self.results if c.status is Status.OK and c.verified),
                 key=lambda p: (p[1].fastest_s, self.order[tuple(p[0].applied_opts)]))
     if self.round > 0:
-      if not ok or ok[0][1].fastest_s >= self.last * (1 - self.s.min_improvement):  # this round's best barely beat the last's
-        self.done = True
+      if not ok and self.rest:  # nothing measured verified (all failed, or slow): once, the round's next children
+        self.pending, self.rest = self.rest[:self.s.measure_top], []
         return
-      self.beam, self.last = [k for k, _ in ok[:self.s.beam]], ok[0][1].fastest_s
+      if not ok or ok[0][1].fastest_s >= self.last * (1 - self.s.min_improvement):  # this round's best barely beat the last's
+        if not ok or not self.partial or self.stale >= self.s.patience:
+          self.done = True
+          return
+        self.stale += 1  # a round cut to a few children may have missed its gain: its fastest go on (patience rounds in a row)
+      else: self.stale, self.last = 0, ok[0][1].fastest_s
+      self.beam = [k for k, _ in ok[:self.s.beam]]
     elif len(self.beam) > self.s.beam:  # more seeds than the beam (warm starts): the fastest go on, the first seed if none ran
       self.beam = [k for k, _ in ok[:self.s.beam]] or self.beam[:1]
     # else the seeds are all expanded, measured well or not: they are where the search starts
@@ -49,4 +59,5 @@ class BeamStrategy:
       if (opts := tuple(c.applied_opts)) not in self.order:
         self.order[opts] = len(self.order)
         self.pending.append(c)
+    self.rest, self.partial = [], False
     self.done = not self.pending or self.round > self.s.max_rounds

@@ -14,6 +14,7 @@ from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
 from linearizer.options import LinearizerOptions
 from search.actions import MAX_UOPS
+from search.features import features
 from search.pool import CompilePool
 from search.result import Status
 
@@ -39,13 +40,19 @@ class Build:
 # ---- the pool's tasks: module-level, so a spawned worker finds them by name
 _ASTS: dict[str, KernelAST] = {}
 
+def _ast(key: str, doc: str) -> KernelAST:
+  if key not in _ASTS and len(_ASTS) >= 16: _ASTS.clear()  # a long-lived worker sees many kernels, a search one
+  return _ASTS.get(key) or _ASTS.setdefault(key, loads(doc))
+
 def render_task(module: str, key: str, doc: str, opts: tuple[Opt, ...], options: LinearizerOptions) -> tuple[Optional[str], int, tuple]:
   """(source, IR size, launch) of the kernel under opts; no source past MAX_UOPS."""
-  if key not in _ASTS and len(_ASTS) >= 16: _ASTS.clear()  # a long-lived worker sees many kernels, a search one
-  ast = _ASTS.get(key) or _ASTS.setdefault(key, loads(doc))
-  prog = lower(Kernel(ast, options).apply_opts(opts))
+  prog = lower(Kernel(_ast(key, doc), options).apply_opts(opts))
   src = importlib.import_module(module).render(prog) if len(prog.uops) <= MAX_UOPS else None
   return src, len(prog.uops), (prog.groups, prog.local) if prog.local else ()
+
+def features_task(key: str, doc: str, schedules: list[tuple[Opt, ...]], options: LinearizerOptions) -> list[list[float]]:
+  """The cost model's features of the kernel under each schedule (search/features.py)."""
+  return [features(Kernel(_ast(key, doc), options).apply_opts(opts)) for opts in schedules]
 
 def compile_task(module: str, src: str) -> tuple[Binary, float]:
   t = time.perf_counter()
@@ -69,6 +76,19 @@ class Builder:
     self.pool, self.module, self.k, self.options = pool, module, k, options
     self.batch = batch and hasattr(importlib.import_module(module), "compile_batch")
     self.sources: set[str] = set()     # source hashes seen: the duplicate filter
+
+  def features(self, kernels: list[Kernel]) -> list[list[float]]:
+    """The cost model's features of each kernel, lowered in the pool: as many tasks as workers, the kernels split evenly."""
+    n = -(-len(kernels) // self.pool.workers) or 1
+    tasks = {self.pool.submit(features_task, self.k.key, self.k.canonical, [tuple(k.applied_opts) for k in kernels[i:i + n]], self.options): i
+             for i in range(0, len(kernels), n)}
+    out: list[list[float]] = [[] for _ in kernels]
+    while tasks:
+      for t, ok, val in self.pool.results():
+        if (i := tasks.pop(t, None)) is None: continue  # a compile the last round left running
+        if not ok: raise RenderBug(f"lowering a schedule to featurise it failed: {val}")
+        out[i:i + len(val)] = val
+    return out
 
   def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None,
             need: Optional[int] = None) -> Generator[Build, None, None]:

@@ -35,13 +35,15 @@ class CostModel:
     x = np.asarray(features, dtype=np.float64)
     return np.stack([np.asarray(b.predict(x)) for b in self.boosters])  # each member's: an ndarray already, typed as a union
 
+  def estimate(self, features: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted log time of each, and how far the members' predictions of it lie apart (their standard deviation):
+    one pass of the members for both (a LightGBM predict call costs ~10 ms whatever its rows)."""
+    m = self._members(features)
+    return m.mean(axis=0), m.std(axis=0)
+
   def predict(self, features: Sequence[Sequence[float]]) -> np.ndarray:
     """Predicted log time of each."""
-    return self._members(features).mean(axis=0)
-
-  def spread(self, features: Sequence[Sequence[float]]) -> np.ndarray:
-    """How far the members' predicted log times of each lie apart (their standard deviation)."""
-    return self._members(features).std(axis=0)
+    return self.estimate(features)[0]
 
   def rank(self, features: Sequence[Sequence[float]]) -> list[int]:
     """Indices of the feature vectors, predicted fastest first (ties: in the given order)."""

@@ -7,10 +7,14 @@ baseline). Of the measure_top, explored() go not to the predicted fastest but to
 (predicted log time less OPTIMISM spreads of its members, search/cost_model.py): a round's best child may lie beyond
 what was measured, where trees do not extrapolate (a matmul's best branch ranked 7th of 24). A warm start brings data
 (`prior`): what the searches of kernels alike measured (search/similar.py), each time relative to its own kernel's
-hand-coded one, as this search's are to its own: then the model ranks from round 1. The model only chooses what is
+hand-coded one, as this search's are to its own: then the model ranks from round 1. `fitted`: a model fitted before the
+search (search/prior.py: on what full searches of other kernels measured on this CPU family, and on the warm start's
+data) ranks every round instead, round 1 included, and the search's own measurements refit nothing (tens of rows beside
+thousands; a fit costs ~0.3 s, as much as a small kernel's measurements). The children a round leaves unmeasured are its
+`rest` (search/beam.py: a round with no verified child measures the next ones). The model only chooses what is
 measured: the winner is measured and verified like any candidate, and the final check is the same."""
 from __future__ import annotations
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 import numpy as np
 from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.options import LinearizerOptions
@@ -36,10 +40,12 @@ Data = list[tuple[list[float], float]]  # (features, time relative to the kernel
 
 class ModelBeamStrategy(BeamStrategy):
   def __init__(self, seeds: list[Kernel], actions: tuple[Opt, ...], s: StrategySettings, extra: Sequence[Kernel] = (),
-               prior: Sequence[tuple[list[float], float]] = (), cut: bool = True):
+               prior: Sequence[tuple[list[float], float]] = (), cut: bool = True, fitted: Optional[CostModel] = None,
+               featurise: Optional[Callable[[list[Kernel]], list[list[float]]]] = None):
     super().__init__(seeds, actions, s, extra)
-    self.prior, self.cut = list(prior), cut
-    self.model = CostModel()
+    self.prior, self.cut, self.fitted = list(prior), cut, fitted
+    self.featurise = featurise or (lambda ks: [features(k) for k in ks])  # tune's lowers them in the compile pool
+    self.model = fitted or CostModel()
     self.hand = tuple(seeds[0].applied_opts) if seeds else ()  # the first seed is the hand-coded one (search/tune.py)
     self.base: Optional[float] = None                      # its time: what this search's times are relative to
     self.featurised: dict[tuple, list[float]] = {}         # by schedule: each candidate lowered once here
@@ -49,26 +55,30 @@ class ModelBeamStrategy(BeamStrategy):
     super().observe(results)
     # a SLOW candidate's time is where its timing stopped, already several times the best: still the right order
     timed = [(k, c.min_s) for k, c in results if c.min_s]
-    self.data += [(self._features(k), t) for k, t in timed]
+    if self.fitted is None: self.data += zip(self._features([k for k, _ in timed]), (t for _, t in timed))  # what the model is fitted on
     if self.base is None and timed: self.base = next((t for k, t in timed if tuple(k.applied_opts) == self.hand), min(t for _, t in timed))
 
   def _next_round(self) -> None:
     super()._next_round()
     top = self.s.measure_top
     if self.done or self.cut and len(self.pending) <= top: return
-    if len(data := self.prior + [(f, t / (self.base or 1.0)) for f, t in self.data]) < MIN_TRAIN: return  # every child, as the beam
-    fs = [self._features(k) for k in self.pending]
-    self.model.fit(*zip(*data))
+    if self.fitted is None:
+      if len(data := self.prior + [(f, t / (self.base or 1.0)) for f, t in self.data]) < MIN_TRAIN: return  # every child, as the beam
+      self.model.fit(*zip(*data))
+    mean, spread = self.model.estimate(self._features(self.pending))
+    ranked = [int(i) for i in np.argsort(mean, kind="stable")]
     if not self.cut:  # every child, the predicted fastest first
-      self.pending = [self.pending[i] for i in self.model.rank(fs)]
+      self.pending = [self.pending[i] for i in ranked]
       return
-    best = self.model.rank(fs)[:top - explored(top)]
-    hope = np.argsort(self.model.predict(fs) - OPTIMISM * self.model.spread(fs), kind="stable")
-    self.pending = [self.pending[i] for i in best + [int(i) for i in hope if i not in best][:explored(top)]]
+    best = ranked[:top - explored(top)]
+    hope = [int(i) for i in np.argsort(mean - OPTIMISM * spread, kind="stable") if i not in best][:explored(top)]
+    chosen = set(best + hope)
+    self.pending, self.rest, self.partial = [self.pending[i] for i in best + hope], [self.pending[i] for i in ranked if i not in chosen], True
 
-  def _features(self, k: Kernel) -> list[float]:
-    if (key := tuple(k.applied_opts)) not in self.featurised: self.featurised[key] = features(k)
-    return self.featurised[key]
+  def _features(self, ks: list[Kernel]) -> list[list[float]]:
+    if new := [k for k in ks if tuple(k.applied_opts) not in self.featurised]:
+      self.featurised.update(zip((tuple(k.applied_opts) for k in new), self.featurise(new)))
+    return [self.featurised[tuple(k.applied_opts)] for k in ks]
 
 
 def prior_data(tuned: Sequence[Tuned], options: LinearizerOptions) -> Data:

@@ -26,8 +26,11 @@ class OnBusy(StrEnum):
 
 
 class StrategyKind(StrEnum):
-  """Which strategy proposes: BEAM measures every child of the beam; MODEL (search/model_beam.py) measures only the
-  children a cost model trained on the search's own measurements ranks fastest, measure_top a round."""
+  """Which strategy proposes: BEAM (the default) measures every child of the beam; MODEL (search/model_beam.py) measures
+  only the children a cost model ranks fastest, measure_top a round: the model shipped for the device's family
+  (search/prior.py) from round 1, else one trained on the search's own measurements once it has enough. Not the default
+  yet: on a busy machine it measured 3-4.7x fewer candidates, but its winners were 1.285x and 0.908x the beam's
+  (geomean, two runs of bench/search_vs_tinygrad.py; docs/benchmarks.md), THREAD schedules rarely among them."""
   BEAM = "beam"
   MODEL = "model"
 
@@ -37,8 +40,9 @@ class StrategySettings:
   beam: int = job_field(4, "beam width", ge=1, le=64)
   min_improvement: float = job_field(0.01, "a round gaining less than this share ends the search", ge=0, lt=1)
   max_rounds: int = 32
+  patience: int = 1                   # rounds in a row without gain a round cut to measure_top children goes on for
   strategy: StrategyKind = job_field(StrategyKind.BEAM, "beam: measure every child of the beam; model: only the cost model's top ones")
-  measure_top: int = job_field(12, "children measured a round under the model strategy", ge=1, le=10_000)
+  measure_top: int = job_field(9, "children measured a round under the model strategy", ge=1, le=10_000)  # 2 x the beam, 1 more
   # a production autotuner spends its trials where a model's time is (TVM's task scheduler: by each task's share of the
   # end-to-end latency); a worker sees one kernel, so its search weighs the kernel by its worth, the hand-coded time x its
   # runs per inference (measured with the seeds): it cannot win back more than that, and a measured candidate costs ~30-70 ms

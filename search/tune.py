@@ -21,6 +21,7 @@ from search.beam import BeamStrategy
 from search.builder import Build, Builder
 from search.load import OtherLoad, wait_quiet
 from search.model_beam import ModelBeamStrategy, prior_data
+from search import prior as shipped
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.runner import Runner
@@ -74,8 +75,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     schedules = [w.opts for w in given]
     seeds, extra = warm_seeds(root, [hand.applied_opts, [], *schedules], actions), [v for w in schedules for v in variants(root, w, actions)]
     prior, model = prior_data(alike, root.options), s.strategy.strategy is StrategyKind.MODEL
-    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, prior, cut=model) if model or prior else \
-      BeamStrategy(seeds, actions, s.strategy, extra)
+    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, prior, cut=model, fitted=shipped.model(root.options, prior),
+                                 featurise=search.builder.features) if model or prior else BeamStrategy(seeds, actions, s.strategy, extra)
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     case.result()

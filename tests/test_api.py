@@ -69,7 +69,7 @@ def test_submit_answers_a_job_per_kernel_and_identical_requests_share_it(api):
   jobs = submit(api, ks, device="CPU", search={"beam": 2, "budget_s": 60})
   assert [j["kernel_key"] for j in jobs] == [k.key for k in ks] and {j["state"] for j in jobs} == {"queued"}
   assert jobs[0]["settings"] == {"beam": 2, "budget_s": 60.0, "budget_candidates": None, "min_improvement": 0.01, "min_time_s": 0.05,
-                                 "final_rounds": 7, "seed": 0, "strategy": "beam", "measure_top": 12,
+                                 "final_rounds": 7, "seed": 0, "strategy": "beam", "measure_top": 9,
                                  "worth_s": 0.001, "min_effort": 0.1} and jobs[0]["result"] is None  # the defaults, spelled out
   assert [j["job_id"] for j in submit(api, ks, search={"budget_s": 60.0})] == [j["job_id"] for j in jobs]  # defaults fill in
   assert submit(api, ks[:1], search={"beam": 4})[0]["job_id"] not in {j["job_id"] for j in jobs}

@@ -1,4 +1,4 @@
-import itertools, json, math
+import gzip, itertools, json, math
 from pathlib import Path
 import numpy as np
 import pytest
@@ -10,12 +10,15 @@ from linearizer.compare import compare
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt, OptOp
 from linearizer.lower import lower
+from search import prior
 from search.actions import actions_for, children
+from search.builder import Builder
 from search.cost_model import CostModel
 from search.beam import BeamStrategy
 from search.cache import ResultCache
 from search.features import AT, NAMES, features
 from search.model_beam import MIN_TRAIN, ModelBeamStrategy
+from search.pool import CompilePool
 from search.result import Candidate, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
@@ -95,19 +98,77 @@ def test_the_model_strategy_measures_its_top_children_a_round_and_finds_what_bea
   assert len(log) * 1.5 < len(runs["beam"][0]) and runs["model"][1] <= runs["beam"][1] * 1.05
 
 
+def _fitted_elsewhere(k: Kernel) -> CostModel:
+  """A model fitted before the search, on the synthetic timings of another kernel's schedules (a prior, search/prior.py)."""
+  acts, seen = actions_for(k.options), [k]
+  for c in [k, *children(k, acts)]: seen += [c, *itertools.islice(children(c, acts), 6)]
+  fs = [features(c) for c in seen]
+  return CostModel().fit(fs, [_synthetic_s(f) for f in fs])
+
+
+def test_a_fitted_model_cuts_round_one_and_a_round_with_nothing_verified_measures_its_next_children():
+  k, fitted = Kernel(matmul(32, 32, 32), cpu.options()), _fitted_elsewhere(Kernel(matmul(16, 64, 32), cpu.options()))
+  acts, s = actions_for(k.options), StrategySettings(beam=2, measure_top=5)
+  first = sum(1 for _ in children(k, acts))
+  log: list = []
+  measured = drive(ModelBeamStrategy([k.copy()], acts, s, fitted=fitted), _feature_timed(log))
+  assert sum(r == 1 for r, _ in log) == 5 < first  # ranked from round 1: no waiting for MIN_TRAIN measurements
+  assert all(sum(r == i for r, _ in log) <= 5 for i in range(1, 40)) and min(c.min_s for _, c in measured) < measured[0][1].min_s
+  # round 1's first five all fail to compile: the round measures its next five (once), then goes on from what verified
+  timed, failing = _feature_timed(log := []), [True]
+  def measure(kernels, rnd, limit, deadline):
+    out = timed(kernels, rnd, limit, deadline)
+    if rnd == 1 and failing.pop() if failing else False:
+      for _, c in out: c.status, c.times_s, c.verified = Status.COMPILE_ERROR, [], False
+    return out
+  drive(ModelBeamStrategy([k.copy()], acts, s, fitted=fitted), measure)
+  assert sum(r == 1 for r, _ in log) == 10 and any(r == 2 for r, _ in log)
+  # the beam measures every child: nothing left to try, a round with nothing verified ends it (as before)
+  failing, log = [True], []
+  timed = _feature_timed(log)
+  drive(BeamStrategy([k.copy()], acts, s), measure)
+  assert sum(r == 1 for r, _ in log) == first and not any(r == 2 for r, _ in log)
+
+
+def test_the_pool_featurises_schedules_as_the_search_would():
+  k = matmul(32, 32, 32)
+  root = Kernel(k, cpu.options())
+  kids = [root, *itertools.islice(children(root, actions_for(root.options)), 6)]
+  with CompilePool(2) as pool: assert Builder(pool, cpu.__name__, k, cpu.options()).features(kids) == [features(c) for c in kids]
+
+
+def test_a_shipped_prior_is_used_only_where_its_features_are_todays(tmp_path, monkeypatch):
+  monkeypatch.setattr(prior, "PRIORS", tmp_path)
+  o, k = cpu.options(), Kernel(matmul(16, 16, 16), cpu.options())
+  kids = [k, *children(k, actions_for(o))]
+  rows = [[_synthetic_s(f), *f] for f in map(features, kids)]
+  def write(names) -> None:
+    with gzip.open(prior.path(o), "wt") as f: json.dump({"names": names, "rows": rows}, f)
+    for f in (prior._file, prior._load, prior._model): f.cache_clear()
+  assert prior.family(o) == f"cpu-w{max(o.float_vector_widths)}" and prior.load(o) == [] and prior.model(o) is None
+  write(list(NAMES)[:-1])  # computed before a feature was added
+  assert prior.load(o) == [] and prior.model(o) is None
+  write(list(NAMES))
+  assert [t for _, t in prior.load(o)] == [r[0] for r in rows] and prior.model(o) is prior.model(o)  # fitted once
+  assert prior.model(o, prior.load(o)[:3]) is not prior.model(o)  # with a warm start's data: fitted for the search
+
+
 @pytest.mark.slow
 def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_beam_and_its_winner_is_correct():
   ast = loads(EXAMPLE.read_text())
   common = dict(beam=2, budget_candidates=100, min_time_s=0.005, final_rounds=3)  # a budget the beam ends before
-  beam = tune(ast, settings=SearchSettings.from_json(common))
+  beam = tune(ast, settings=SearchSettings.from_json(dict(common, strategy="beam")))
   model = tune(ast, settings=SearchSettings.from_json(dict(common, strategy="model", measure_top=4)))
   assert model.settings["strategy"] == "model" and beam.settings["strategy"] == "beam"
   # fewer a round, not in all: how many rounds each runs is a matter of measured times (a round that gains under 1% ends a
   # search), which a busy machine moves (50 against 48 in all once); what a round measures is the strategy's (the
   # deterministic test above compares the totals on the same timings). Round 1 measures every child of the seeds in
-  # both; in a round the model ranks it measures 4, where the beam measures every child of its members (whole rounds:
-  # not one the budget cut short)
-  ranked = [r for r in range(1, 40) if sum(c.round < r for c in model.candidates) >= MIN_TRAIN and any(c.round == r for c in model.candidates)]
+  # both unless a prior is shipped for this CPU's family (search/prior.py: then the model ranks from round 1); in a round
+  # the model ranks it measures 4, where the beam measures every child of its members (whole rounds: not one the budget
+  # cut short)
+  shipped = prior.model(cpu.options()) is not None
+  ranked = [r for r in range(1, 40)
+            if (shipped or sum(c.round < r for c in model.candidates) >= MIN_TRAIN) and any(c.round == r for c in model.candidates)]
   def per_round(res, r: int) -> int: return sum(c.round == r for c in res.candidates)
   whole = [r for r in ranked if per_round(beam, r) and (len(beam.candidates) < 100 or r < max(c.round for c in beam.candidates))]
   assert ranked and all(per_round(model, r) <= 4 for r in ranked)  # the model ranked at least one round

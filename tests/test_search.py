@@ -31,13 +31,14 @@ def test_planted_segfault_hang_wrong_answer_and_compile_error_fail_their_candida
   # no early stop: the planted wrong answer must be timed in full, whatever its speed, to reach its check
   # every candidate checked (verify_all), not only each round's fastest: the planted faults are what is tested here
   # the whole budget (worth_s 0), though the kernel is worth a tenth of it: the faults are in the first round's children,
-  # so the search ends with that round: the two seeds and every child of theirs (before, busy: 95 candidates in 4 rounds, till 60 s)
+  # so the search ends with that round: the two seeds and every child of theirs (before, busy: 95 candidates in 4 rounds, till 60 s);
+  # the beam strategy: the model's would measure a few of them
   k = matmul(64, 64, 64)
   hand, plain = Kernel(k, fault_backend.options()), Kernel(k, fault_backend.options())
   hand_coded_optimizations(hand)
   first_round = 2 + sum(1 for seed in (hand, plain) for _ in children(seed, actions_for(plain.options)))
   s = SearchSettings.from_json(dict(beam=2, budget_s=60, budget_candidates=first_round, early_stop=1e6, batch=True, verify_all=True, worth_s=0,
-                                    **FAST))
+                                    strategy="beam", **FAST))
   r = tune(k, settings=s, module="fault_backend")
   first = {Opt.from_json(c.opts[0]): c for c in r.candidates if c.opts}
   got = {fault: first[opt] for opt, fault in fault_backend.FAULTS.items()}

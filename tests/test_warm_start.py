@@ -101,7 +101,7 @@ def test_a_warm_search_of_a_neighbour_seeds_its_refitted_winner_and_learns_from_
   root = Kernel(k.rebased(), cpu.options())
   refitted = _opts(refit(root, near.result.best_opts, actions_for(root.options)))
   assert refitted != near.result.best_opts  # 8 x 8 tiles of a 32 matmul do not all fit a 24 one
-  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=6, **FAST)), alike=[alike])
+  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=6, strategy="beam", **FAST)), alike=[alike])
   assert refitted in [c.opts for c in r.candidates if c.round == 0] and len(r.candidates) <= 6 and r.verified
   assert r.settings["strategy"] == "beam"  # the model orders a beam's rounds, it does not cut them
 

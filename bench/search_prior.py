@@ -1,0 +1,51 @@
+"""Collect the search's shipped cost-model prior (search/prior.py): full beam searches of corpus kernels that no search
+benchmark uses, every timed candidate kept as (features, time relative to the kernel's hand-coded time).
+
+  nice -n 19 .venv/bin/python bench/search_prior.py --kernels 40 --budget-s 30
+
+The kernels: a seeded shuffle of the corpus's float32 kernels without variables of --min-pos..--max-pos positions,
+less bench/search_vs_tinygrad.py's picks under corpus seeds 0-3 (its 15 kernels and the done-when's ten more, and
+two seeds beyond). Each is searched by the beam strategy (beam 4, every child measured) within --budget-s; a busy
+machine's final checks store anyway (on_busy store: the data is the candidates, not the winner). Writes
+search/priors/<family>.json.gz for this machine's family, with the kernels' names and the load.
+"""
+from __future__ import annotations
+import argparse, math, os, random, sys, time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_vs_tinygrad import choose_corpus, corpus
+from devices import cpu
+from search.prior import save
+from search.settings import SearchSettings
+from search.similar import Tuned
+from search.tune import SearchError, tune
+
+
+def main() -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap.add_argument("--kernels", type=int, default=40)
+  ap.add_argument("--budget-s", type=float, default=30.0)
+  ap.add_argument("--seed", type=int, default=7)
+  ap.add_argument("--min-pos", type=int, default=1 << 14)
+  ap.add_argument("--max-pos", type=int, default=1 << 22)
+  args = ap.parse_args()
+  ks = corpus()
+  held = {n for s in range(4) for n in choose_corpus(ks, 0, s)[0]}  # every benchmark pick: never trained on
+  ok = sorted(n for n, k in ks.items() if n not in held and not k.vars and all(x.dtype.name == "float32" for x in k.nodes)
+              and args.min_pos <= math.prod(k.full_shape) <= args.max_pos)
+  random.Random(args.seed).shuffle(ok)
+  settings = SearchSettings.from_json({"beam": 4, "budget_s": args.budget_s, "on_busy": "store", "worth_s": 0})
+  tuned, load0, t0 = [], os.getloadavg()[0], time.time()
+  for name in ok[:args.kernels]:
+    k = ks[name].rebased()
+    try: r = tune(k, "CPU", settings)
+    except SearchError as e: print(f"{name}: {e}", file=sys.stderr); continue
+    tuned.append(Tuned(k, r))
+    print(f"{name}: {len(r.candidates)} candidates, {r.search_s:.1f} s, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+  p = save(cpu.options(), tuned, {"settings": settings.to_json(), "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                                  "collected_s": round(time.time() - t0)})
+  print(f"{p}: {len(tuned)} kernels")
+  return 0
+
+
+if __name__ == "__main__": sys.exit(main())
