@@ -36,6 +36,10 @@ from linearizer.symbolic import Var, add, concrete, ge, land, lt, simplify_valid
 #      A LOAD's or STORE's buf is an int for a kernel argument, a DEFINE_LOCAL's name for local memory.
 FMA_DTYPES = ("float32", "float64")  # float16/bfloat16 round every op, as the reference does: never fused
 ACC_CHAINS = 8  # accumulators enough to hide an FMA's latency (4 cycles, 2 a cycle): each product goes straight in
+# output lanes (vectors) few enough that their values are emitted op by op across them: an element-wise chain's vectors
+# are independent latency chains the core overlaps only side by side (4 chained SINs, 2 vectors a step, 1M floats:
+# 4.80 ms one after the other); more would keep every lane's value live at once (a tile's 64 vectors spill)
+INTERLEAVED = 4
 
 
 class UOps(StrEnum):
@@ -417,8 +421,15 @@ class _Lowering:
     """The output at each output lane, the reduce's value there taken from `reduced`."""
     memo = Memo()
     out = self.k.ast.ast
-    for l in self.lanes(self.out_up):
+    lanes = list(self.lanes(self.out_up))
+    for l in lanes:
       if self.red is not None: memo[(self.red, _items(l))] = reduced[tuple(l.values())]
+    if 1 < len(lanes) <= INTERLEAVED:  # op by op across the lanes: their chains side by side for the core to overlap
+      below = set(self.red.toposort()) if self.red is not None else set()  # the reduce's (its lanes' accumulators, above)
+      for node in out.src[0].toposort():
+        if node not in below:
+          for l in lanes: self.value(node, l, memo)
+    for l in lanes:
       v = self.value(out.src[0], l, memo)
       idx, valid = self.index(self.st_of[out.arg], l)
       if valid == 0: continue
