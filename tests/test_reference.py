@@ -308,3 +308,16 @@ def test_bounds_of_a_sum_over_transcendentals_hold_random_errors(monkeypatch):
   k = kernel(red("SUM", alu("MUL", alu("SIN", a), b), (2,)))
   got, want, check = _results(k, monkeypatch, 2)
   assert check(got) is None
+
+def test_bounds_carry_casts_mods_and_wheres_over_transcendentals(monkeypatch):
+  """Random within-contract errors through a cast to int, integer and float MOD, a MAX and a WHERE on a comparison."""
+  x = ld(1, (64, 64), float32)
+  e = alu("MUL", alu("EXP2", x), const(3.0, (64, 64)))
+  ints = alu("MOD", alu("ADD", cast(e, int32), const(7, (64, 64), int32)), const(5, (64, 64), int32))
+  k = kernel(ints)
+  got, want, check = _results(k, monkeypatch, 3)
+  assert check(got) is None
+  s = alu("MUL", alu("SIN", alu("MUL", x, const(40.0, (64, 64)))), const(10.0, (64, 64)))
+  k = kernel(alu("WHERE", alu("CMPLT", s, const(0.0, (64, 64))), alu("MOD", s, const(3.0, (64, 64))), alu("MAX", s, alu("LOG2", alu("MUL", x, x)))))
+  got, want, check = _results(k, monkeypatch, 4)
+  assert not np.array_equal(got[0], want[0]) and check(got) is None
