@@ -50,7 +50,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   their variants (search/similar.py); the result's seeds say what each became (dropped where not even its first opt is
   legal here). `alike`: kernels alike tuned before on this device: their winners are warm starts too, and what their
   searches measured trains the cost model that orders the children from round 1 on (with the beam strategy it orders
-  them, the model strategy's measure_top cut stays). `workshop`: where the compile pool and the runner come from and go
+  them, the model strategy's measure_top cut stays, its model fitted on the prior shipped for the device's family too:
+  search/prior.py). `workshop`: where the compile pool and the runner come from and go
   back to (default: the process's, search/workshop.py). `runs`: how often the kernel runs per inference of its model:
   with its hand-coded time, what the search is worth (the share of the budget it gets after the seeds:
   StrategySettings.effort)."""
@@ -75,7 +76,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     schedules = [w.opts for w in given]
     seeds, extra = warm_seeds(root, [hand.applied_opts, [], *schedules], actions), [v for w in schedules for v in variants(root, w, actions)]
     prior, model = prior_data(alike, root.options), s.strategy.strategy is StrategyKind.MODEL
-    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, prior, cut=model, fitted=shipped.model(root.options, prior),
+    # the beam's order from a warm start's data stays as it was measured (bench/warm_start.py): the shipped prior is the model strategy's
+    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, prior, cut=model, fitted=shipped.model(root.options, prior) if model else None,
                                  featurise=search.builder.features) if model or prior else BeamStrategy(seeds, actions, s.strategy, extra)
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
