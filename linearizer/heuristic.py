@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
-from linearizer.kernel import MAX_UPCAST, Kernel, Opt, OptError, OptOp
+from linearizer.kernel import MAX_UPCAST, PACK_BYTES, Kernel, Opt, OptError, OptOp
 from linearizer.vectors import consecutive, step, vector_widths
 from linearizer.symbolic import Node, Var, sint, smax
 
@@ -37,6 +37,7 @@ BLOCK_K = BLOCK_N = 256
 # (1x1 conv 256->64 56x56, Zen 4: 14 pixels 86, 16 pixels 62 GFLOP/s); 12 of AVX2's 16, as BLAS kernels there keep
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
+CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
 
 def _group_reduce(k: Kernel) -> bool:
   """Split the reduce over the work-items of a work-group where one work-item per output would starve the device."""
@@ -110,26 +111,40 @@ def _packed_vector(k: Kernel, width: int) -> bool:
     size = k.full_shape[axis]
     packed = [j for j, s in loads if s[axis] != 0]
     if not isinstance(size, int) or size % width or not packed or all(s[axis] != 0 for _, s in loads): continue
-    t = k.copy()
-    if not ((size == width or _try(t, Opt(OptOp.BLOCK, axis, width))) and _try(t, Opt(OptOp.UPCAST, axis + t.block_dims - k.block_dims, 0))): continue
-    # the accumulators: a tile over the pixel axes, which reuse each packed vector, innermost first, leaving 2 for the
-    # next where one follows (a 3x3 conv 256 channels 14x14: 7 x 2 ran 1.5x faster than 14 x 1); but where neighbouring
-    # pixels share their inputs along a short window row (the innermost reduce), a row of pixels with the window's row
-    # unrolled beside it (7 pixels x 3 columns read 9 inputs: 3x3 convs, stride 1, 1.1-1.4x faster than 7 x 2 pixels;
-    # stride 2 shares less, and was slower so)
-    pixels = [i for i in reversed(range(t.thread_dims + t.block_dims, t.first_reduce))
-              if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
-    last = t.shape_len - t.upcasted - 1
-    budget = PIXEL_TILE_512 if max(k.options.float_vector_widths, default=4) >= 16 else PIXEL_TILE
-    window = bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and t.is_reduce_axis(last) and \
-      isinstance(w := t.full_shape[last], int) and w <= WINDOW and _shared_window(t, pixels[0], last)
-    for n, i in enumerate(pixels[:1] if window else pixels):
-      if (amt := _tile_part(t, pixels, n, budget)) is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
-    if window: _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, 0))
-    if not all(_try(t, Opt(OptOp.PACK, j)) for j in packed): continue
-    k.apply_opts(t.applied_opts[len(k.applied_opts):])
-    return True
+    # two vectors of it where they divide it, a row of 7 pixels follows and their packed copies stay within half the
+    # budget: each input read then feeds twice the multiply-adds (1 thread, busy Zen 5: 1x1 conv 256->512 stride 2 1.29
+    # -> 0.90 ms; 1x1 2048->512 7x7, 256 KB of weights a block, 0.74 -> 0.99: kept one)
+    for vecs in ((CHANNEL_VECTORS, 1) if size % (CHANNEL_VECTORS * width) == 0 else (1,)):
+      t = _channel_tile(k, axis, width, vecs, packed)
+      if t is not None and (vecs == 1 or t.pack_bytes() <= PACK_BYTES // 2):
+        k.apply_opts(t.applied_opts[len(k.applied_opts):])
+        return True
   return False
+
+def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]) -> Kernel | None:
+  """_packed_vector's schedule on a copy of k: `vecs` vectors of `axis` and a tile of pixels, or None where it does not apply."""
+  t, block = k.copy(), width * vecs
+  at = axis + (k.full_shape[axis] != block)  # the block's lanes follow its BLOCK loop
+  if not ((k.full_shape[axis] == block or _try(t, Opt(OptOp.BLOCK, axis, block))) and _try(t, Opt(OptOp.UPCAST, at, width if vecs > 1 else 0)) and
+          (vecs == 1 or _try(t, Opt(OptOp.UPCAST, at, vecs)))): return None
+  # the accumulators: a tile over the pixel axes, which reuse each packed vector, innermost first, leaving 2 for the
+  # next where one follows (a 3x3 conv 256 channels 14x14: 7 x 2 ran 1.5x faster than 14 x 1); but where neighbouring
+  # pixels share their inputs along a short window row (the innermost reduce), a row of pixels with the window's row
+  # unrolled beside it (7 pixels x 3 columns read 9 inputs: 3x3 convs, stride 1, 1.1-1.4x faster than 7 x 2 pixels;
+  # stride 2 shares less, and was slower so). Two vectors take one row of pixels.
+  pixels = [i for i in reversed(range(t.thread_dims + t.block_dims, t.first_reduce))
+            if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
+  last = t.shape_len - t.upcasted - 1
+  budget = (PIXEL_TILE_512 if max(k.options.float_vector_widths, default=4) >= 16 else PIXEL_TILE) // vecs
+  window = bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and t.is_reduce_axis(last) and \
+    isinstance(w := t.full_shape[last], int) and w <= WINDOW and _shared_window(t, pixels[0], last)
+  row = pixels[:1] if window or vecs > 1 else pixels
+  # two vectors only beside a whole row of 7 pixels: with fewer, or none, they measured 0.2-0.7x (sops_7440, sops_4609)
+  if vecs > 1 and (not row or _tile_part(t, row, 0, budget) != budget): return None
+  for n, i in enumerate(row):
+    if (amt := _tile_part(t, pixels if vecs == 1 else row, n, budget)) is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
+  if window: _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, 0))
+  return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed) else None
 
 def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:
   """Can an UNROLL of this reduce axis by `width` be the vector (lower._reduce_vector_axis): a loop left, a load that

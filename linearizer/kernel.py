@@ -396,11 +396,14 @@ class Kernel:
     self._check_packs()
     self.applied_opts.append(opt)
 
+  def pack_bytes(self) -> int:
+    """What the packed copies take on a thread's stack."""
+    return sum(math.prod(concrete(self.full_shape[i]) for i in self.pack_axes(j)) * self.leaves[j].dtype.itemsize for j in self.packed)
+
   def _check_packs(self) -> None:
     outer = self.thread_dims + self.block_dims
     check(all(isinstance(s, int) for s in self.full_shape[outer:]), "PACK of a kernel with a symbolic axis inside its blocks")
-    size = sum(math.prod(concrete(self.full_shape[i]) for i in self.pack_axes(j)) * self.leaves[j].dtype.itemsize for j in self.packed)
-    check(size <= PACK_BYTES, f"the packed copies would take {size} bytes, over {PACK_BYTES} (BLOCK the axes inside first)")
+    check((size := self.pack_bytes()) <= PACK_BYTES, f"the packed copies would take {size} bytes, over {PACK_BYTES} (BLOCK the axes inside first)")
 
   def _check_local_size(self, amt: int) -> None:
     lo = self.first_reduce - self.local_dims
