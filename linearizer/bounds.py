@@ -25,6 +25,8 @@ class Bounds(NamedTuple):
 Value = np.ndarray | Bounds
 Alu = Callable[[str, DType, list[np.ndarray]], np.ndarray]  # reference.alu: the exact op on arrays
 Cast = Callable[[np.ndarray, DType, DType, bool], np.ndarray]  # reference.cast
+Reduce = Callable[[str, DType, np.ndarray, Sequence[int]], np.ndarray]  # reference._reduce
+Combine = Callable[[str, np.ndarray, np.ndarray], np.ndarray]  # reference._combine
 
 def of(x: Value) -> Bounds: return x if isinstance(x, Bounds) else Bounds(x, x)
 
@@ -150,28 +152,27 @@ def cast(x: Value, src: DType, dst: DType, bitcast: bool, exact: Cast) -> Value:
     return _ints(x.lo.astype(np.float64), x.hi.astype(np.float64), dst)
   return Bounds(exact(x.lo, src, dst, False), exact(x.hi, src, dst, False))  # to a float: rounding is increasing
 
-def reduce_sum(x: Bounds, dt: DType, axes: tuple[int, ...]) -> Bounds:
-  """SUM over axes with keepdims, accumulated as the reference does (float64 sums of the endpoints for integers, which
-  then take the whole range where they would wrap)."""
-  if dt.is_int:
+def reduce(fn: str, x: Value, dt: DType, axes: tuple[int, ...], exact: Reduce) -> Value:
+  """SUM or MAX over axes with keepdims (reference._reduce on each endpoint: both are increasing); an integer SUM's
+  endpoints are summed in float64 and take the whole range where they would wrap."""
+  if not isinstance(x, Bounds): return exact(fn, dt, x, axes)
+  if fn == "SUM" and dt.is_int:
     total = lambda v: np.asarray(np.sum(v, axis=axes, keepdims=True, dtype=np.float64))  # noqa: E731
     return _ints(total(x.lo), total(x.hi), dt)
-  acc = dt.acc.np
-  return Bounds(np.sum(x.lo, axis=axes, keepdims=True, dtype=acc), np.sum(x.hi, axis=axes, keepdims=True, dtype=acc))
+  return Bounds(exact(fn, dt, x.lo, axes), exact(fn, dt, x.hi, axes))
 
-def reduce_max(x: Bounds, dt: DType, axes: tuple[int, ...]) -> Bounds:
-  acc = dt.acc.np
-  return Bounds(np.max(x.lo.astype(acc), axis=axes, keepdims=True), np.max(x.hi.astype(acc), axis=axes, keepdims=True))
+def combine(fn: str, a: Value, b: Value, dt: DType, exact: Combine) -> Value:
+  """Two partial reductions combined (reference._combine on the endpoints; integer SUMs as in `reduce`)."""
+  if not isinstance(a, Bounds) and not isinstance(b, Bounds): return exact(fn, a, b)
+  a, b = of(a), of(b)
+  if fn == "SUM" and dt.is_int: return _ints(a.lo.astype(np.float64) + b.lo, a.hi.astype(np.float64) + b.hi, dt)
+  return Bounds(exact(fn, a.lo, b.lo), exact(fn, a.hi, b.hi))
 
-def combine(fn: str, a: Bounds, b: Bounds, dt: DType) -> Bounds:
-  if fn == "SUM":
-    if dt.is_int: return _ints(a.lo.astype(np.float64) + b.lo, a.hi.astype(np.float64) + b.hi, dt)
-    return Bounds(a.lo + b.lo, a.hi + b.hi)
-  return Bounds(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi))
-
-def contract(a: Bounds, b: Bounds, einsum: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Bounds:
+def contract(a: Value, b: Value, einsum: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Value:
   """sum(a * b) over the reduce by midpoint and radius (a = am +- ar, b = bm +- br): am.bm +- (|am|.br + ar.|bm| + ar.br),
   four contractions, never the product space."""
+  if not isinstance(a, Bounds) and not isinstance(b, Bounds): return einsum(a, b)
+  a, b = of(a), of(b)
   am, ar = (a.lo + a.hi) / 2, (a.hi - a.lo) / 2
   bm, br = (b.lo + b.hi) / 2, (b.hi - b.lo) / 2
   mid = einsum(am, bm)

@@ -100,18 +100,15 @@ def _run(kernel: KernelAST, outs: list[np.ndarray], buffers: Sequence[np.ndarray
           einsum = lambda a, b: _contract(a, b, sub, axes)  # noqa: B023
           if contract:
             a, b = ev(red.src[0].src[0]), ev(red.src[0].src[1])
-            part = bounds.contract(bounds.of(a), bounds.of(b), einsum) if isinstance(a, Bounds) or isinstance(b, Bounds) else einsum(a, b)
+            part = bounds.contract(a, b, einsum)
             if shift: mag = mag + einsum(bounds.magnitude(a), bounds.magnitude(b))
           else:
             x = ev(red.src[0])
             ext = [hi - lo for lo, hi in sub]
-            if isinstance(x, Bounds):
-              xb = Bounds(np.broadcast_to(x.lo, ext), np.broadcast_to(x.hi, ext))
-              part = (bounds.reduce_sum if red.arg.fn == "SUM" else bounds.reduce_max)(xb, red.dtype, tuple(axes))
-            else: part = _reduce(red.arg.fn, red.dtype, np.broadcast_to(x, ext), axes)
+            xb = Bounds(np.broadcast_to(x.lo, ext), np.broadcast_to(x.hi, ext)) if isinstance(x, Bounds) else np.broadcast_to(x, ext)
+            part = bounds.reduce(red.arg.fn, xb, red.dtype, tuple(axes), _reduce)
             if shift: mag = mag + np.sum(np.broadcast_to(bounds.magnitude(x), ext), axis=tuple(axes), keepdims=True)
-          acc = part if acc is None else bounds.combine(red.arg.fn, bounds.of(acc), bounds.of(part), red.dtype) \
-            if isinstance(acc, Bounds) or isinstance(part, Bounds) else _combine(red.arg.fn, acc, part)
+          acc = part if acc is None else bounds.combine(red.arg.fn, acc, part, red.dtype, _combine)
         assert acc is not None  # _blocks covers every range with at least one block
         if shift: acc = Bounds(bounds.of(acc).lo - sum_order * mag, bounds.of(acc).hi + sum_order * mag)
         memo[red] = _as(acc, red.dtype)
