@@ -38,6 +38,7 @@ BLOCK_K = BLOCK_N = 256
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
+POOL_WINDOW = 16  # the positions of a pooling window (3x3, 2x2) _streamed_row reads at a stride of 2
 
 def _group_reduce(k: Kernel) -> bool:
   """Split the reduce over the work-items of a work-group where one work-item per output would starve the device."""
@@ -155,18 +156,30 @@ def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:
     any(st.views[-1].strides[axis] == 1 and (st.views[-1].mask is None or st.views[-1].mask[axis] == (0, size))
         for a, st in zip(k.leaves[1:], k.sts[1:]) if not isinstance(a, ConstArg))
 
-def _streamed_row(k: Kernel, width: int) -> int | None:
+def _streamed_row(k: Kernel, widths: tuple[int, ...]) -> int | None:
   """A reduce over an axis that is no load's contiguous one (a column sum), where an output axis is contiguous in the
-  output and in every load that moves along it (no gathers: sops_7102 ran slower with them): upcast it as the vector
-  and then by as many vectors as divide it, up to 16, so each step of the reduce streams a row segment into
-  accumulators (sum over axis 0 of 4096x4096, 1 thread: 11.0 ms unrolled 8 rows -> 1.67 ms with 16 vectors and 2 rows
-  unrolled, busy Zen 5). The axis, or None."""
+  output and in every load that moves along it (no gathers: sops_7102 ran slower with them): upcast it as the vector,
+  the widest that divides it (a 24-wide row takes 8: sops_8892 8.0 -> 0.25 ms, busy Zen 4), and then by as many vectors
+  as divide it, up to 16, so each step of the reduce streams a row segment into accumulators (sum over axis 0 of
+  4096x4096, 1 thread: 11.0 ms unrolled 8 rows -> 1.67 ms with 16 vectors and 2 rows unrolled, busy Zen 5). A pooling
+  window (a reduce of at most POOL_WINDOW positions) may read the row at its stride 2 too: its lanes come from two
+  loads and a shuffle (lower), cheaper than a scalar window each (maxpool 3x3 stride 2 from 64x112x112, busy Zen 4:
+  1.12 -> 0.24 ms). The axis, or None."""
   out = k.sts[0].views[-1]
+  window = math.prod(smax(k.full_shape[i]) for i in range(k.first_reduce, k.shape_len)) <= POOL_WINDOW
+  loads = [st.views[-1].strides for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)]
   def streamed(i: int) -> bool:  # every load that moves along the axis reads it contiguously (no gathers), and one does
-    strides = [st.views[-1].strides[i] for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)]
-    return 1 in strides and all(s in (0, 1) for s in strides)
-  axis = next((i for i in range(k.thread_dims, k.first_reduce) if isinstance(n := k.full_shape[i], int) and n % width == 0 and
-               out.strides[i] == 1 and out.mask is None and streamed(i)), None)
+    strides = [s[i] for s in loads]
+    if all(s in (0, 1) for s in strides) and 1 in strides: return True
+    # a window at stride 2 where windows overlap (3 wide) or an operand is contiguous: two 2-wide windows' even and odd
+    # lanes gcc vectorises by itself (maxpool 2x2, busy Zen 4: 0.068 -> 0.087 ms with the shuffles)
+    return window and all(s in (1, 2) for s in strides) and (1 in strides or overlapping())
+  def overlapping() -> bool:  # a load reads a window axis longer than 2 contiguously (the index's own step: views composed)
+    vs, idxs = _indexing(k)
+    return any(v is not None and smax(k.full_shape[j]) > 2 and step(idx, v) == 1 for idx, _ in idxs for j, v in enumerate(vs) if j >= k.first_reduce)
+  axis, width = next(((i, w) for w in sorted(widths, reverse=True) for i in range(k.thread_dims, k.first_reduce)
+                      if isinstance(n := k.full_shape[i], int) and n % w == 0 and out.strides[i] == 1 and out.mask is None
+                      and streamed(i)), (None, 0))
   if axis is None or not _try(k, Opt(OptOp.UPCAST, axis, width)): return None
   # (leaving two steps of the axis at least: a loop threads can split)
   next((n for n in (16, 8, 4, 2) if smax(k.full_shape[axis]) >= 2 * n and _try(k, Opt(OptOp.UPCAST, axis, n))), None)
@@ -230,7 +243,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   elif not gpu and widths and (vec is None or not _clean_vector(k, vec)) and _packed_vector(k, widest):
     return _threads(k, work, transcendentals, start)
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
-  elif k.reduceop is not None and not gpu and widths and not vector_reduce and (row := _streamed_row(k, widest)) is not None: upcasted.add(row)
+  elif k.reduceop is not None and not gpu and widths and not vector_reduce and (row := _streamed_row(k, widths)) is not None: upcasted.add(row)
   tile = 32 if gpu else 128  # a work-item's registers are few; a CPU core's accumulators spill to L1 cheaply
   def reuse(i: int) -> tuple[int, int, int]:
     # the loads that are vectors (not broadcast along the vector axis: a conv's input rows, gathered where strided) reused

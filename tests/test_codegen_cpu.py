@@ -11,6 +11,7 @@ from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
 from linearizer.lower import LANE, lower
+from linearizer.shapetracker import ShapeTracker, View
 from linearizer.vectors import vector_widths
 from linearizer.symbolic import variables
 from devices import cpu, cuda, hip, opencl, registry
@@ -549,6 +550,23 @@ def test_hand_coded_reductions_take_the_reduce_axis_as_the_vector():
   k = kernel(red("SUM", alu("EXP2", alu("SUB", ld(1, (64, 1024)), ld(2, st((64, 1)).expand((64, 1024))))), [1]))
   opts = hand_coded_optimizations(Kernel(k, cpu.options()))
   assert opts[0] == Opt("UNROLL", 0, widest(k)), opts
+  check(k, opts=opts)
+
+def test_a_pooling_window_at_stride_2_takes_its_output_row_as_the_vector_where_windows_overlap():
+  # max pooling over 64x18x18 (a padded 16x16 image): 3x3 windows at stride 2 overlap, so the compiler cannot split the
+  # row into even and odd lanes itself: the output row is upcast, its lanes shuffled from two loads; 2x2 windows at
+  # stride 2 it does vectorise by itself, and they keep the scalar row
+  for window, rows, upcast in ((3, 18, True), (2, 16, False)):
+    view = View.create((64, 8, 8, window, window), (rows * rows, 2 * rows, 2, rows, 1))
+    k = kernel(red("MAX", ld(1, ShapeTracker((view,))), [3, 4]))
+    opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+    assert any(o.op == "UPCAST" and o.axis == 2 for o in opts) == upcast, (window, opts)
+    check(k, opts=opts)
+  # a column-style reduce whose row no vector of the widest width divides takes a narrower one (24 wide: 8; the reduce
+  # axis goes last, the row is axis 0)
+  k = kernel(red("SUM", ld(1, (37, 24)), [0]))
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  assert opts[0] == Opt("UPCAST", 0, max(w for w in vector_widths(k, cpu.options()) if 24 % w == 0)), opts
   check(k, opts=opts)
 
 @pytest.mark.parametrize("device", DEVICES)
