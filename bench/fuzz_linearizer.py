@@ -23,6 +23,8 @@ The cases run in spawned worker processes, one case at a time each, so a crash t
 replaced. Every failure is written to --out as a JSON replay file; --replay runs one again (in a worker too).
 Compiles that take the compiler more than SLOW_COMPILE_S (tests/fuzz_harness.py) CPU seconds are logged, and the run ends with the slowest.
 Kernels whose full shape has more than --max-positions positions (at the variables' minimum) are skipped and counted.
+Reference outputs that took a second or more are kept in --reference-cache (build/test-cache/reference/), by kernel,
+variable values, data seed and the linearizer's code: a second device's run with the same seed reads them.
 """
 from __future__ import annotations
 import argparse, os, sys, time
@@ -32,6 +34,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable without installing the package
 sys.path.insert(0, str(ROOT / "tests"))  # the harness, tests/fuzz_harness.py, which the tests import too
+from build_cache import BUILD_CACHE  # noqa: E402
 from fuzz_harness import CORPUS, EXAMPLES, Pool, fuzz, kernel_pool, replay, table  # noqa: E402
 from linearizer.fuzz import Outcome  # noqa: E402
 
@@ -53,6 +56,9 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--max-positions", type=int, default=20_000_000, help="skip bigger kernels (default 20,000,000)")
   p.add_argument("--hand-coded", action="store_true", help="each case's random opts follow the hand-coded schedule's")
   p.add_argument("--min-positions", type=int, default=0, help="skip smaller kernels (a run of only the big ones)")
+  p.add_argument("--reference-cache", type=Path, default=BUILD_CACHE / "reference", metavar="DIR",
+                 help="where the reference's dear outputs are kept and read back (default build/test-cache/reference/)")
+  p.add_argument("--no-reference-cache", dest="reference_cache", action="store_const", const=None, help="compute every reference output")
   p.add_argument("--out", default="fuzz_failures", help="directory for replay files (default fuzz_failures/)")
   p.add_argument("--replay", metavar="FILE", help="run one replay file again; exit 0 if it passes now")
   p.add_argument("--print-source", action="store_true", help="with --replay: print the generated source")
@@ -70,7 +76,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"{args.cases} cases{f', from case {args.first} on' if args.first else ''}, seed {args.seed}, {args.jobs} jobs on {args.device}"
         f"{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
-  with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions, args.hand_coded, cpu_timeout=args.cpu_timeout) as pool:
+  with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions, args.hand_coded, cpu_timeout=args.cpu_timeout,
+            reference_cache=args.reference_cache) as pool:
     counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress, args.first)
   t2 = time.perf_counter()
   print(table(counts))

@@ -1,12 +1,15 @@
 """The linearizer fuzzer's harness: cases run in spawned worker processes on a device, checked against the reference,
 failures saved as replay files. bench/fuzz_linearizer.py is its command line (its docstring says what a case is and
-how it ends); the tests import it from here, so none puts bench/ on the path."""
+how it ends); the tests import it from here, so none puts bench/ on the path. The reference's dear outputs can be kept
+on disk (`reference_cache`): two devices fuzzed with one seed draw the same variable values and data, so the second
+reads what the first computed."""
 from __future__ import annotations
 import collections, contextlib, hashlib, inspect, itertools, json, os, random, re, resource, signal, subprocess, tempfile, time, traceback
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 from multiprocessing import get_context
 from multiprocessing.connection import wait
+import numpy as np
 
 from devices import registry
 from linearizer import reference
@@ -24,6 +27,10 @@ EXAMPLES = ROOT / "examples" / "kernels"
 ASAN_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer")
 MAX_MESSAGE = 2000
 SLOW_COMPILE_S = 10.0  # compiler CPU seconds past which a case is called out: a search compiles hundreds of candidates
+REFERENCE_CACHE_MIN_S = 1.0  # reference CPU seconds from which its output is kept: below, reading it back saves little
+# what the reference's output depends on besides the case: any change to the linearizer's code or numpy is a new key
+REFERENCE_CODE = hashlib.sha256(b"".join(p.read_bytes() for p in sorted((ROOT / "linearizer").rglob("*.py")))
+                                + np.__version__.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- one case, in a worker
@@ -33,13 +40,37 @@ def _compiler_cpu_s() -> float:
   r = resource.getrusage(resource.RUSAGE_CHILDREN)
   return r.ru_utime + r.ru_stime + time.process_time()
 
+def reference_buffers(k: KernelAST, bufs: Sequence[np.ndarray], vv: dict[str, int], seed: int, cache: Optional[Path],
+                      on_reference=lambda s, cached: None) -> list[np.ndarray]:
+  """The reference's buffers for inputs `bufs` (random_buffers of `seed`): computed, or their output read from `cache`,
+  where one that took REFERENCE_CACHE_MIN_S CPU seconds or more is kept under the key of the kernel, the variable values,
+  the seed and REFERENCE_CODE. `on_reference` gets the seconds it took (CPU computing, wall reading) and whether it was read."""
+  want = [b.copy() for b in bufs]
+  key = hashlib.sha256(json.dumps([REFERENCE_CODE, k.key, sorted(vv.items()), seed]).encode()).hexdigest()
+  path = cache / f"{key}.npy" if cache else None
+  t0 = time.perf_counter()
+  if path and path.exists():
+    want[0] = np.load(path)
+    on_reference(time.perf_counter() - t0, True)
+    return want
+  t0 = time.process_time()
+  reference.run(k, want, vv)
+  on_reference(spent := time.process_time() - t0, False)
+  if path and spent >= REFERENCE_CACHE_MIN_S:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npy", delete=False) as f: np.save(f, want[0])
+    os.replace(f.name, path)  # whole or not there: another worker may be reading the same key
+  return want
+
 def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None, on_compiled=lambda s: None,
-            compile_timeout: Optional[float] = None) -> tuple[Outcome, str]:
+            compile_timeout: Optional[float] = None, reference_cache: Optional[Path] = None,
+            on_reference=lambda s, cached: None) -> tuple[Outcome, str]:
   """(status, message) of one case. `on_compiled` gets the CPU seconds the compiler took (0 from the compile cache),
   `on_run` is called just before the compiled program runs (a crash after it is the program's). Buffers are exactly
   `buffer_sizes` long, so under ASan an access one past the end aborts. `compile_timeout` replaces the device's
   compile limit (wall time) where it has one: the pool passes the case's own, since a loaded machine stretched gcc's
-  17 CPU seconds on one kernel past the device's 60 s; slow compiles are called out by their CPU time instead."""
+  17 CPU seconds on one kernel past the device's 60 s; slow compiles are called out by their CPU time instead.
+  `reference_cache` and `on_reference`: reference_buffers'."""
   dev = registry.get(device)
   limit = {"timeout": compile_timeout} if compile_timeout and "timeout" in inspect.signature(dev.compile).parameters else {}
   k = load(case.doc).rebased()
@@ -54,16 +85,16 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
   except dev.CompileError as e: return Outcome.COMPILE_ERROR, str(e)
   finally: on_compiled(_compiler_cpu_s() - t0)
   bufs = reference.random_buffers(k, vv, case.seed)
-  want = [b.copy() for b in bufs]
-  reference.run(k, want, vv)
+  want = reference_buffers(k, bufs, vv, case.seed, reference_cache, on_reference)
   on_run()
   prog(*bufs, var_vals=[vv[v.name] for v in k.vars])
   return (Outcome.MISMATCH, msg) if (msg := compare(k, bufs, want, vv)) else (Outcome.PASS, "")
 
 
-def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeout: float, hand_coded: bool) -> None:
-  """Cases in, messages out: ("case", Case) as it starts, drawn, ("compiled", CPU seconds), ("run",) as the program starts,
-  ("done", status, message)."""
+def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeout: float, hand_coded: bool,
+            reference_cache: Optional[Path]) -> None:
+  """Cases in, messages out: ("case", Case) as it starts, drawn, ("compiled", CPU seconds), ("reference", seconds, read
+  from the cache), ("run",) as the program starts, ("done", status, message)."""
   os.environ.pop("LD_PRELOAD", None)  # an ASan runtime is loaded by now; the compilers this process starts must not get it
   die_with_parent()  # a case may run for minutes: a killed fuzzer must not leave it running
   parsed: dict[str, KernelAST] = {}  # each kernel validated once per worker, not per case
@@ -74,7 +105,8 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeo
         if (key := json.dumps(case.doc)) not in parsed: parsed[key] = load(case.doc)
         case = draw_case(case, parsed[key], options, max_positions, hand_coded)
       conn.send(("case", case))  # drawn: the case's clocks start (not with the worker's imports, before its first)
-      status, msg = execute(case, device, flags, lambda: conn.send(("run",)), lambda s: conn.send(("compiled", s)), timeout)
+      status, msg = execute(case, device, flags, lambda: conn.send(("run",)), lambda s: conn.send(("compiled", s)), timeout,
+                            reference_cache, lambda s, cached: conn.send(("reference", s, cached)))
     except Exception:
       status, msg = Outcome.ERROR, traceback.format_exc()
     conn.send(("done", status, msg[-MAX_MESSAGE:]))
@@ -91,7 +123,7 @@ def _process_cpu_s(pid: int) -> float:
 class _Worker:
   def __init__(self, pool: Pool):
     self.conn, child = get_context("spawn").Pipe()
-    args = (child, pool.device, pool.flags, pool.max_positions, pool.timeout, pool.hand_coded)
+    args = (child, pool.device, pool.flags, pool.max_positions, pool.timeout, pool.hand_coded, pool.reference_cache)
     self.proc = get_context("spawn").Process(target=_worker, args=args, daemon=True)
     with pool.env(): self.proc.start()  # spawn hands this process's environment on
     child.close()
@@ -116,11 +148,14 @@ class Pool:
   than that (its process and the compilers it waited for): a limit a busy machine does not move, where a compile that
   takes 20 CPU-s quiet ran past 120 s of wall time at load 14; `timeout` then only catches a case that hangs without
   using CPU. With `asan`, kernels are compiled with ASAN_FLAGS and the workers preload the ASan runtime; its reports land
-  in the failing case's message."""
+  in the failing case's message. With `reference_cache`, a directory, the reference's dear outputs are kept there and read
+  back (reference_buffers); `reference_cases` and `reference_s` count the outputs "computed" and "read" and their seconds."""
   def __init__(self, jobs: int = 2, device: str = "CPU", asan: bool = False, timeout: float = 60.0, max_positions: int = 20_000_000,
-               hand_coded: bool = False, cpu_timeout: Optional[float] = None):
+               hand_coded: bool = False, cpu_timeout: Optional[float] = None, reference_cache: Optional[Path] = None):
     self.device, self.asan, self.timeout, self.max_positions, self.hand_coded = device, asan, timeout, max_positions, hand_coded
-    self.cpu_timeout = cpu_timeout
+    self.cpu_timeout, self.reference_cache = cpu_timeout, reference_cache
+    self.reference_cases: collections.Counter[str] = collections.Counter()
+    self.reference_s: dict[str, float] = collections.defaultdict(float)
     self.flags = registry.get(device).DEFAULT_FLAGS + (ASAN_FLAGS if asan else ())
     self.env_vars: dict[str, str] = {}
     if asan:
@@ -151,6 +186,9 @@ class Pool:
           w.started()
         elif msg[0] == "run": w.running = True
         elif msg[0] == "compiled": w.case.compile_s = msg[1]
+        elif msg[0] == "reference":
+          self.reference_cases[how := "read" if msg[2] else "computed"] += 1
+          self.reference_s[how] += msg[1]
         else: return msg[1], msg[2]
     where = "running the program" if w.running else "before the program ran"
     over = f"timed out after {self.timeout:g} s" if time.monotonic() - w.since > self.timeout else \
@@ -274,6 +312,8 @@ def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out
       msg = msg[-800:] if case.status == Outcome.ERROR else msg[:800]  # a traceback ends with its error
       log(f"{case.status} {describe(case)}" + (f" -> {save(case, out)}" if out else "") + f"\n  {msg}")
   log("slowest compiles (compiler CPU s): " + "; ".join(f"{s:.1f} {d}" for s, d in slowest))
+  n, took = pool.reference_cases, pool.reference_s
+  log(f"reference outputs: {n['computed']} computed in {took['computed']:.1f} CPU-s, {n['read']} read from the cache in {took['read']:.1f} s")
   return counts
 
 

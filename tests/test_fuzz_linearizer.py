@@ -4,6 +4,7 @@ masked and padded kernels must never touch memory outside their buffers."""
 import json, os, random, re, shutil, subprocess, sys
 from pathlib import Path
 from typing import Optional
+import numpy as np
 import pytest
 from devices import cpu
 from linearizer import builders as B
@@ -109,6 +110,25 @@ def test_a_worker_that_raises_reports_error_with_the_traceback():
   bad = Case(B.matmul(4, 4, 4).to_json(), [Opt("UPCAST", 0, 2)], {"nope": 1}, 0, "bad-vars")
   with F.Pool(jobs=1) as pool: (got,) = pool.run([bad])
   assert got.status == "ERROR" and "unknown variables ['nope']" in got.message
+
+
+def test_reference_outputs_are_kept_by_kernel_variables_and_seed_and_read_back(tmp_path, monkeypatch):
+  # a second device's run of the same seed reads the reference's output the first kept: planted there, a wrong one is what
+  # the case is checked against; another seed or variable value is another key; a quick reference is not kept
+  k = B.symbolic_sum(8, ("n", 1, 16), "MAX", name="sym")  # a MAX: compare checks the output against the reference alone
+  read: list[bool] = []
+  def run(seed: int, n: int) -> str:
+    status, _ = F.execute(Case(k.to_json(), [Opt("UPCAST", 0, 2)], {"n": n}, seed, "sym"), "CPU", cpu.DEFAULT_FLAGS,
+                          reference_cache=tmp_path, on_reference=lambda s, cached: read.append(cached))
+    return status
+  monkeypatch.setattr(F, "REFERENCE_CACHE_MIN_S", float("inf"))
+  assert run(1, 5) == "PASS" and list(tmp_path.iterdir()) == []
+  monkeypatch.setattr(F, "REFERENCE_CACHE_MIN_S", 0.0)
+  assert run(1, 5) == "PASS"
+  (kept,) = tmp_path.iterdir()
+  np.save(kept, np.load(kept) + 1)
+  assert run(1, 5) == "MISMATCH" and run(2, 5) == "PASS" and run(1, 6) == "PASS"
+  assert read == [False, False, True, False, False] and len(list(tmp_path.iterdir())) == 3
 
 
 # ---------------------------------------------------------------- AddressSanitizer
