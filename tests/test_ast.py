@@ -1,4 +1,4 @@
-"""The kernel document loader (linearizer/ast.py): the examples of the format spec (shared/design/kernel-format.md), the JSON round
+"""The kernel document loader (linearizer/ast.py): the examples of the format's write-up (docs/kernel-format.md), the JSON round
 trip, what the key depends on (and what it must not), the buffer-window proof and the shared corpus."""
 from __future__ import annotations
 import copy, gzip, itertools, json, math
@@ -36,7 +36,7 @@ def doc(ast, vars=None, name=None):
   return d
 
 
-# ---------------------------------------------------------------- the examples of kernel-format.md
+# ---------------------------------------------------------------- the examples of docs/kernel-format.md
 
 MATMUL_TEXT = """
 {"format": "tunesvc.kernel/1", "name": "matmul_64",

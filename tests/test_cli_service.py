@@ -5,8 +5,9 @@ import httpx
 import pytest
 from linearizer import ACTION_SPACE_VERSION
 from search.cache import ResultCache
-from search_results import EXAMPLES, cpu_fingerprint, example, search_result
-from tunesvc.cli import main, parser
+from search_results import EXAMPLES, cpu_fingerprint, example, examples, search_result
+from tunesvc.cli import duration, main, parser
+from tunesvc.client import Client
 from test_client import tune
 
 
@@ -77,3 +78,20 @@ def test_opts_reads_the_local_cache_that_tune_fills(tmp_path, monkeypatch, capsy
 def test_an_unreachable_server_is_one_clear_line(capsys):
   with pytest.raises(SystemExit) as e: main(["jobs", "--server", "http://127.0.0.1:9"])
   assert e.value.code == 2 and "ERROR http://127.0.0.1:9: ConnectError" in capsys.readouterr().err
+
+
+def test_kernels_prints_a_row_per_kernel_and_limit_counts_kernels(server, capsys):
+  # each kernel has two jobs (CPU and a fingerprint): one row for each kernel, a line of it for each job
+  ks, (_, h) = examples()[:4], cpu_fingerprint()
+  with Client(server, "sub") as c:
+    for device in ("CPU", h): c.submit(ks, device)
+  assert main(["kernels", "--server", server, "--token", "sub", "--limit", "3"]) == 0
+  out = capsys.readouterr()
+  rows = [line for line in out.out.splitlines() if any(k.key in line for k in ks)]
+  assert len(rows) == 3 and len({k.key for k in ks if any(k.key in r for r in rows)}) == 3, out.out
+  assert all("CPU" in r for r in rows) and out.out.count(h) == 3 and "more: --offset 3" in out.err, out.out
+
+
+def test_times_under_a_millisecond_keep_their_digits():
+  assert [duration(s) for s in (2.5, 1e-3, 4.2e-4, 3.1e-7)] == ["2500.000 ms", "1.000 ms", "420.000 us", "0.310 us"]
+

@@ -116,6 +116,10 @@ def _parse_opts(text: str) -> list[Opt]:
 def _summary(out: np.ndarray) -> str:
   return f"checksum {hashlib.sha256(out.tobytes()).hexdigest()[:16]} sum {float(out.astype('float64').sum()):.6g}"
 
+def duration(s: float) -> str:
+  """A kernel's time: in ms, or in us under a millisecond, where "0.000 ms" would hide a kernel of under a microsecond."""
+  return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.3f} us"
+
 RUNS, RUN_BUDGET = 5, 2.0  # the median of up to RUNS timed runs, fewer once they took RUN_BUDGET seconds
 
 def _run_on_device(args, k: KernelAST, name: str, vv: dict[str, int], opts: Optional[list[Opt]]) -> tuple[str, bool]:
@@ -129,7 +133,7 @@ def _run_on_device(args, k: KernelAST, name: str, vv: dict[str, int], opts: Opti
   want = [b.copy() for b in bufs] if args.check else []
   times: list[float] = []
   while len(times) < RUNS and sum(times) < RUN_BUDGET: times.append(prog.time(*bufs, var_vals=[vv[v.name] for v in k.vars]))
-  line = f"{_summary(bufs[0])}  {args.device} {statistics.median(times) * 1e3:.3f} ms (median of {len(times)})  " \
+  line = f"{_summary(bufs[0])}  {args.device} {duration(statistics.median(times))} (median of {len(times)})  " \
          f"opts {json.dumps([o.to_json() for o in opts], separators=(',', ':'))}"
   if not args.check: return line, True
   reference.run(k, want, vv)
@@ -189,7 +193,7 @@ class TuneProgress:
   def kernel(self, name: str, settings) -> Iterator[Callable[[int, Optional[float]], None]]:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     t0, last = time.monotonic(), [0.0]
-    what = lambda n, best: f"{name}: {n} candidates, best {'-' if best is None else f'{best * 1e3:.3f} ms'}"
+    what = lambda n, best: f"{name}: {n} candidates, best {'-' if best is None else duration(best)}"
     if self.err.is_terminal:
       with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=self.err, transient=True) as bar:
         task = bar.add_task(f"{name}: computing the reference output, compiling the first candidates")
@@ -264,7 +268,7 @@ def cmd_tune(args) -> int:
       else:
         lo, hi = r.speedup_spread
         busy = " busy" if r.conditions.get("busy") else ""  # measured while the rest of the machine contended the device
-        table.add_row(name, f"{r.baseline_s * 1e3:.3f} ms", f"{r.best_s * 1e3:.3f} ms", rate(r.flops, r.bytes, r.best_s),
+        table.add_row(name, duration(r.baseline_s), duration(r.best_s), rate(r.flops, r.bytes, r.best_s),
                       f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f}){busy}",
                       str(len(r.candidates)), str(r.failed), "cached" if cached else f"{r.search_s:.1f} s", opts_text(r.best_opts))
   if not args.json: print_table(table)
@@ -373,7 +377,7 @@ def demo(url: str, token: Optional[str], budget_s: float) -> int:
     if r is None:
       table.add_row(name, j["state"], "", "", "", "", j["error"][:60])
       continue
-    table.add_row(name, j["state"], f"{r['baseline_s'] * 1e3:.3f} ms", f"{r['best_s'] * 1e3:.3f} ms", f"{r['speedup']:.2f}x",
+    table.add_row(name, j["state"], duration(r["baseline_s"]), duration(r["best_s"]), f"{r['speedup']:.2f}x",
                   rate(k.flops(), k.bytes(), r["best_s"]), opts_text(r["opts"]))
   print_table(table)
   print(f"dashboard: {url}/   API docs: {url}/docs")
@@ -433,7 +437,7 @@ def _service(args) -> Iterator[Client]:
 def _result_cells(r: Optional[dict]) -> list[str]:
   """best, speedup, opts of a result (a job's or a lookup's answer)."""
   if r is None: return ["", "", ""]
-  return [f"{r['best_s'] * 1e3:.3f} ms", f"{r['baseline_s'] / r['best_s']:.2f}x", opts_text(r["opts"])]
+  return [duration(r["best_s"]), f"{r['baseline_s'] / r['best_s']:.2f}x", opts_text(r["opts"])]
 
 def cmd_kernels(args) -> int:
   from rich.table import Table
@@ -441,10 +445,11 @@ def cmd_kernels(args) -> int:
   if args.json:
     for k in page["kernels"]: print(json.dumps(k))
   else:
-    table = Table("kernel", "key", "device", "state", "best", "speedup", "opts", title=f"kernels on {args.server}")
+    # a row per kernel (--limit counts kernels), a line of it per job
+    table = Table("kernel", "key", "device", "state", "best", "speedup", "opts", title=f"kernels on {args.server}", show_lines=True)
     for k in page["kernels"]:
-      for j in k["jobs"] or [None]:
-        table.add_row(k["name"] or "-", k["key"], *([j["device"], j["state"]] if j else ["", ""]), *_result_cells(j and j["result"]))
+      jobs = [[j["device"], j["state"], *_result_cells(j["result"])] for j in k["jobs"]] or [[""] * 5]
+      table.add_row(k["name"] or "-", k["key"], *("\n".join(cells) for cells in zip(*jobs)))
     print_table(table)
   if page["next_offset"] is not None: print(f"more: --offset {page['next_offset']}", file=sys.stderr)
   return 0
