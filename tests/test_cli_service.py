@@ -1,12 +1,12 @@
 """The newcomer's CLI: help everywhere, --version, `tunesvc` alone, and the service from the command line (submit, jobs,
 kernels, opts against a real server; opts from the local cache `tune` fills), with one fingerprint form throughout."""
-import argparse, json, subprocess, sys
+import argparse, json, subprocess, sys, time
 import httpx
 import pytest
 from linearizer import ACTION_SPACE_VERSION
 from search.cache import ResultCache
-from search_results import EXAMPLES, cpu_fingerprint, example, examples, search_result
-from tunesvc.cli import duration, main, parser
+from search_results import EXAMPLES, cpu_fingerprint, cpu_options, example, examples, search_result
+from tunesvc.cli import demo_progress, duration, main, parser
 from tunesvc.client import Client
 from test_client import tune
 
@@ -94,4 +94,16 @@ def test_kernels_prints_a_row_per_kernel_and_limit_counts_kernels(server, capsys
 
 def test_times_under_a_millisecond_keep_their_digits():
   assert [duration(s) for s in (2.5, 1e-3, 4.2e-4, 3.1e-7)] == ["2500.000 ms", "1.000 ms", "420.000 us", "0.310 us"]
+
+
+def test_the_demo_says_when_its_jobs_wait_for_a_quiet_device(server):
+  # a worker that found the device too busy to time on gives the job back to wait: the demo's line says so, not just "tuning"
+  ks, (fp, h) = examples()[:2], cpu_fingerprint()
+  with Client(server, "sub") as user, Client(server, "wrk") as worker:
+    jobs = user.submit(ks)
+    assert demo_progress(jobs, time.time()) == "tuning 2 example kernels"
+    wid = worker.register("cpu-0", "CPU", fp, h, cpu_options())
+    worker.fail(wid, worker.claim(wid)["job_id"], "device busy: other load 1.5 cores", busy=True)
+    line = demo_progress([user.job(j["job_id"]) for j in jobs], time.time())
+  assert line.startswith("tuning 2 example kernels: 1 waiting for a quiet device (too busy to time on; tried again in "), line
 

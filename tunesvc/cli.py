@@ -352,6 +352,14 @@ def cmd_serve(args) -> int:
   svc.stop()
   return 0
 
+def demo_progress(jobs: list[dict], now: float) -> str:
+  """The demo's progress line: its jobs, and those a worker refused as their device was too busy to time on, which wait
+  queued until `not_before` (Unix seconds, as `now`)."""
+  line = f"tuning {len(jobs)} example kernels"
+  if waiting := [j["not_before"] for j in jobs if j["state"] == JobState.QUEUED and (j["not_before"] or 0) > now]:
+    line += f": {len(waiting)} waiting for a quiet device (too busy to time on; tried again in {min(waiting) - now:.0f} s)"
+  return line
+
 def demo(url: str, token: Optional[str], budget_s: float) -> int:
   """Submit the example kernels, wait for their jobs, print a table; 0 if every one was tuned."""
   from rich.console import Console
@@ -365,10 +373,10 @@ def demo(url: str, token: Optional[str], budget_s: float) -> int:
     deadline = time.monotonic() + 60  # its spawn and imports: submitted before it registers, the jobs would be said to wait for none
     while not c.http.get("/v1/workers").json().get("workers") and time.monotonic() < deadline: time.sleep(0.2)
     jobs = c.submit(list(kernels.values()), "CPU", {"budget_s": budget_s})
-    bar.update(task, description=f"tuning {len(jobs)} example kernels", total=len(jobs))
+    bar.update(task, description=demo_progress(jobs, time.time()), total=len(jobs))
     while True:
       states = [c.job(j["job_id"]) for j in jobs]
-      bar.update(task, completed=sum(j["state"] in ENDED for j in states))
+      bar.update(task, description=demo_progress(states, time.time()), completed=sum(j["state"] in ENDED for j in states))
       if all(j["state"] in ENDED for j in states): break
       time.sleep(1)
   table = Table("kernel", "state", "baseline", "best", "speedup", "rate", "opts", title="tunesvc demo: the example kernels on CPU")

@@ -88,6 +88,7 @@ class JobOut(BaseModel):
   error: str = Field(description="one line per failed attempt")
   attempts: int
   max_attempts: int
+  not_before: Optional[float] = Field(description="a worker found its device too busy to time on: not claimed again before then (Unix seconds)")
   priority: int
   settings: dict[str, Any]
   created: float = Field(description="Unix seconds, as are started and finished")
@@ -98,8 +99,8 @@ class JobOut(BaseModel):
   @classmethod
   def of(cls, j: Job, r: Optional[Result], **extra) -> JobOut:
     return cls(job_id=j.id, kind=j.kind, confirms=j.confirms, kernel_key=j.kernel_key, device=j.device, state=j.state, error=j.error,
-               attempts=j.attempts, max_attempts=j.max_attempts, priority=j.priority, settings=j.settings, created=j.created,
-               started=j.started, finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
+               attempts=j.attempts, max_attempts=j.max_attempts, not_before=j.not_before, priority=j.priority, settings=j.settings,
+               created=j.created, started=j.started, finished=j.finished, result=None if r is None else ResultSummary.of(r), **extra)
 
 class SubmitResponse(BaseModel):
   jobs: list[JobOut]
