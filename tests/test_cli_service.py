@@ -1,6 +1,6 @@
 """The newcomer's CLI: help everywhere, --version, `tunesvc` alone, and the service from the command line (submit, jobs,
 kernels, opts against a real server; opts from the local cache `tune` fills), with one fingerprint form throughout."""
-import argparse, json, subprocess, sys, time
+import argparse, json, os, signal, socket, subprocess, sys, time
 import httpx
 import pytest
 from linearizer import ACTION_SPACE_VERSION
@@ -107,3 +107,39 @@ def test_the_demo_says_when_its_jobs_wait_for_a_quiet_device(server):
     line = demo_progress([user.job(j["job_id"]) for j in jobs], time.time())
   assert line.startswith("tuning 2 example kernels: 1 waiting for a quiet device (too busy to time on; tried again in "), line
 
+
+def descendants(pid: int) -> list[int]:
+  kids = [int(c) for t in os.listdir(f"/proc/{pid}/task") for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+  return kids + [d for k in kids for d in descendants(k)]
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_with_one_line_and_no_traceback(tmp_path):
+  # a terminal's Ctrl-C goes to its foreground process group, the demo's: whichever of the demo, its worker and the processes
+  # the worker's search runs are in it, only the demo may say anything, in one line, and every one of them must end
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+  env = {**os.environ, "TUNESVC_DATABASE_URL": f"sqlite:///{tmp_path}/demo.db", "TUNESVC_CACHE_DIR": str(tmp_path / "cache")}
+  env.pop("TUNESVC_TOKENS", None)
+  demo = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "demo", "--port", str(port), "--budget-s", "30"], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell starts it: Ctrl-C not ignored
+  try:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # until the worker searches a job: its search's processes are running
+      try:
+        if httpx.get(f"http://127.0.0.1:{port}/v1/jobs", params={"state": "running"}).json()["jobs"]: break
+      except httpx.HTTPError: pass
+      time.sleep(0.5)
+    else: pytest.fail("the demo's worker never started a job")
+    time.sleep(2)
+    started = descendants(demo.pid)
+    assert len(started) >= 2  # the worker and its search's processes
+    os.killpg(demo.pid, signal.SIGINT)  # the terminal's foreground group: the demo's (start_new_session made it a leader)
+    out, err = demo.communicate(timeout=120)
+  finally:
+    if demo.poll() is None: os.killpg(demo.pid, signal.SIGKILL)
+  assert demo.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+  assert [line for line in err.splitlines() if "stopped" in line] == ["demo stopped (Ctrl-C) before every example was tuned"], err
+  time.sleep(1)
+  assert [p for p in started if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"] == []  # every one ended

@@ -1,6 +1,6 @@
 """The `tunesvc` command line."""
 from __future__ import annotations
-import argparse, contextlib, dataclasses, gzip, hashlib, importlib.metadata, json, os, statistics, sys, time
+import argparse, contextlib, dataclasses, gzip, hashlib, importlib.metadata, json, os, signal, statistics, sys, time
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Optional
 import numpy as np
 from devices import registry
@@ -401,6 +401,11 @@ def cmd_demo(args) -> int:
     if not args.exit:
       print("serving until Ctrl-C", flush=True)
       svc.wait_for_signal()
+      print("demo stopped", file=sys.stderr)
+  except KeyboardInterrupt:  # Ctrl-C while the examples are tuned: the worker gives its job back as the service stops
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one must not cut that short with a traceback
+    print("demo stopped (Ctrl-C) before every example was tuned", file=sys.stderr)
+    rc = 130
   finally: svc.stop()
   return rc
 
@@ -417,6 +422,9 @@ def cmd_worker(args) -> int:
   from workers.worker import main as worker_main
   try: registry.get(args.device)  # a device this machine lacks stays lacking: say so once instead of retrying forever
   except ValueError as e: _fail(f"ERROR --device: {e}")
+  if args.exit_with_parent:
+    from search.pool import die_with_parent
+    die_with_parent()
   return worker_main(args.server, args.token or os.environ.get("TUNESVC_TOKEN"), args.device, args.lease_s)
 
 
@@ -646,6 +654,7 @@ def parser() -> argparse.ArgumentParser:
   w.add_argument("--token", help="a worker token (default: TUNESVC_TOKEN)")
   w.add_argument("--device", default="CPU", help="the device to tune on, as `tunesvc devices` lists them (default CPU)")
   w.add_argument("--lease-s", type=float, default=60.0, help="job lease, renewed by heartbeats every quarter of it")
+  w.add_argument("--exit-with-parent", action="store_true", help="end when the process that started it ends (as `tunesvc serve` starts its workers)")
   w.set_defaults(fn=cmd_worker)
   admin = sub.add_parser("admin", help="an admin's verdicts on the service's results (needs an admin token)")
   admin.set_defaults(fn=_prints_help(admin))

@@ -74,9 +74,13 @@ class Service:
         time.sleep(0.05)
       else: raise SystemExit(f"ERROR the API processes did not answer on {self.url}")
     env = {**os.environ, **({"TUNESVC_TOKEN": self.worker_token} if self.worker_token else {})}
+    # each worker in a process group of its own: a terminal's Ctrl-C (or hang-up) reaches this process alone, which stops the
+    # workers in order (stop), and not the processes a worker's search runs, which would each print a KeyboardInterrupt
+    # traceback; a worker ends with this process however it ends (--exit-with-parent)
     for device in self.devices:
       for _ in range(self.n_workers):
-        self.procs.append(subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "worker", "--server", self.url, "--device", device], env=env))
+        cmd = [sys.executable, "-m", "tunesvc.cli", "worker", "--server", self.url, "--device", device, "--exit-with-parent"]
+        self.procs.append(subprocess.Popen(cmd, env=env, process_group=0))
     return self
 
   def stop(self) -> None:
