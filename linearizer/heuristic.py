@@ -100,24 +100,30 @@ def _tile_part(k: Kernel, axes: list[int], n: int, budget: int) -> int | None:
   cap = budget // 2 if n + 1 < len(axes) else budget
   return max((d for d in range(2, cap + 1) if smax(k.full_shape[axes[n]]) % d == 0), default=None)
 
-def _packed_vector(k: Kernel, width: int) -> bool:
+def _packed_vector(k: Kernel, width: int, narrow: bool = False) -> bool:
   """CPUs, a reduce whose output's contiguous axis is no clean vector (a padded or strided conv's rows, 14 or 28 wide):
   the vector along another output axis instead, one where an operand is broadcast (a conv's input along the output
   channels) and the operands that vary along it are packed, that axis innermost (the weights): blocks of one vector
   along it, a tile of pixels on the other axes that reuse each packed vector, each lane stored once after the reduce
   (lower._vector_axis). Measured on ResNet-50's 3x3 convs, 1 thread, Zen 4, busy machine: 3x3 256 14x14 8.9 -> 48,
-  3x3 64 56x56 28 -> 76, 3x3 128 stride 2 16 -> 59 GFLOP/s; applied to a copy, kept only whole."""
-  loads = [(j, st.views[-1].strides) for j, (a, st) in enumerate(zip(k.leaves, k.sts)) if j > 0 and isinstance(a, MemArg)]
+  3x3 64 56x56 28 -> 76, 3x3 128 stride 2 16 -> 59 GFLOP/s; applied to a copy, kept only whole. `narrow`: one vector of
+  half the width, along an axis the full width divides (where that one's packed weights are over the budget)."""
+  # the reduce's operands only: a load after it (a residual added to the conv, BatchNorm's per-channel vectors) is read
+  # once an output, and one varying along the pixels kept them out of the tile (1x1 conv 512->2048 7x7 plus a residual:
+  # one pixel a step, 0.24x tinygrad BEAM=2's kernel)
+  inside = {n.arg for n in k.reduceop.toposort() if n.op == "LOAD"} if k.reduceop is not None else set()
+  loads = [(j, st.views[-1].strides) for j, (a, st) in enumerate(zip(k.leaves, k.sts)) if j > 0 and isinstance(a, MemArg) and a in inside]
   for axis in range(k.thread_dims + k.block_dims, k.first_reduce):
     size = k.full_shape[axis]
     packed = [j for j, s in loads if s[axis] != 0]
     if not isinstance(size, int) or size % width or not packed or all(s[axis] != 0 for _, s in loads): continue
-    # two vectors of it where they divide it, a row of 7 pixels follows and their packed copies stay within half the
+    # two vectors of it where they divide it, a row of 7 pixels follows and their packed copies stay under half the
     # budget: each input read then feeds twice the multiply-adds (1 thread, busy Zen 5: 1x1 conv 256->512 stride 2 1.29
-    # -> 0.90 ms; 1x1 2048->512 7x7, 256 KB of weights a block, 0.74 -> 0.99: kept one)
-    for vecs in ((CHANNEL_VECTORS, 1) if size % (CHANNEL_VECTORS * width) == 0 else (1,)):
-      t = _channel_tile(k, axis, width, vecs, packed)
-      if t is not None and (vecs == 1 or t.pack_bytes() <= PACK_BYTES // 2):
+    # -> 0.90 ms; 1x1 512->2048 7x7 with a residual, 64 KB a block, 3.9 -> 1.7 ms on Zen 4; but 1x1 1024->256 7x7, 128
+    # KB, 1.04 -> 1.32 ms and 1x1 2048->512 7x7, 256 KB, 0.74 -> 0.99: kept one)
+    for w, vecs in [(width // 2, 1)] if narrow else [(width, n) for n in ((CHANNEL_VECTORS, 1) if size % (CHANNEL_VECTORS * width) == 0 else (1,))]:
+      t = _channel_tile(k, axis, w, vecs, packed)
+      if t is not None and (vecs == 1 or t.pack_bytes() < PACK_BYTES // 2):
         k.apply_opts(t.applied_opts[len(k.applied_opts):])
         return True
   return False
@@ -241,6 +247,12 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   vec = next((i for i in broadcast_axes() if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
   if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
   elif not gpu and widths and (vec is None or not _clean_vector(k, vec)) and _packed_vector(k, widest):
+    return _threads(k, work, transcendentals, start)
+  # where no output axis is a vector at all, half-width vectors when a whole vector's packed weights are over the budget
+  # (3x3 convs of 512 channels at 7x7, 18 KB a channel: 18.6 -> 2.9 ms, 1 thread, busy Zen 4); not where some vector
+  # is (masked conv rows: sops_2460 0.39x), nor where the channels are no multiple of the full width (47 of 130 corpus
+  # kernels slower)
+  elif not gpu and widths and vec is None and k.reduceop is not None and _packed_vector(k, widest, narrow=True):
     return _threads(k, work, transcendentals, start)
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   elif k.reduceop is not None and not gpu and widths and not vector_reduce and (row := _streamed_row(k, widths)) is not None: upcasted.add(row)
