@@ -35,7 +35,7 @@ CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in
 def pick(n: int, seed: int, lo: int, hi: int) -> list:
   """Less the kernels the shipped prior was measured on (search/prior.py): its ranking is judged on kernels it never saw."""
   with gzip.open(CORPUS, "rt", encoding="utf-8") as f: ks = [loads(line) for line in f if line.strip()]
-  seen = prior.trained_on(cpu.options())
+  seen = set(shipped.kernels) if (shipped := prior.shipped(cpu.options())) else set()
   ok = [k for k in ks if k.name not in seen and not k.vars and all(x.dtype.name == "float32" for x in k.nodes)
         and lo <= math.prod(k.full_shape) <= hi]
   random.Random(seed).shuffle(ok)

@@ -7,15 +7,17 @@ The kernels: a seeded shuffle of the corpus's float32 kernels without variables 
 less bench/search_vs_tinygrad.py's picks under corpus seeds 0-3 (its 15 kernels and the done-when's ten more, and
 two seeds beyond). Each is searched by the beam strategy (beam 4, every child measured) within --budget-s; a busy
 machine's final checks store anyway (on_busy store: the data is the candidates, not the winner). Writes
-search/priors/<family>.json.gz for this machine's family, with the kernels' names and the load.
+search/priors/<family>.json.gz for this machine's family (search/prior.py: with the kernels' names, the load, and the
+codegen and action-space versions it was measured at); --results also writes each kernel's document and search result
+(one JSON object a line, gzipped), from which features computed another way can be compared (bench/schedule_features.py).
 """
 from __future__ import annotations
-import argparse, math, os, random, sys, time
+import argparse, gzip, json, math, os, random, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_vs_tinygrad import choose_corpus, corpus
 from devices import cpu
-from search.prior import save
+from search.prior import build, write
 from search.settings import SearchSettings
 from search.similar import Tuned
 from search.tune import SearchError, tune
@@ -28,6 +30,7 @@ def main() -> int:
   ap.add_argument("--seed", type=int, default=7)
   ap.add_argument("--min-pos", type=int, default=1 << 14)
   ap.add_argument("--max-pos", type=int, default=1 << 22)
+  ap.add_argument("--results", type=Path, help="also write every search's kernel and result here (.jsonl.gz)")
   args = ap.parse_args()
   ks = corpus()
   held = {n for s in range(4) for n in choose_corpus(ks, 0, s)[0]}  # every benchmark pick: never trained on
@@ -42,8 +45,11 @@ def main() -> int:
     except SearchError as e: print(f"{name}: {e}", file=sys.stderr); continue
     tuned.append(Tuned(k, r))
     print(f"{name}: {len(r.candidates)} candidates, {r.search_s:.1f} s, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
-  p = save(cpu.options(), tuned, {"settings": settings.to_json(), "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
-                                  "collected_s": round(time.time() - t0)})
+  if args.results:
+    with gzip.open(args.results, "wt") as f:
+      for t in tuned: f.write(json.dumps({"kernel": t.ast.to_json(), "result": t.result.to_json()}) + "\n")
+  p = write(build([(cpu.options(), tuned)], {"source": "shipped", "settings": settings.to_json(), "options": cpu.options().to_json(),
+                                            "load": [round(load0, 2), round(os.getloadavg()[0], 2)], "collected_s": round(time.time() - t0)}))
   print(f"{p}: {len(tuned)} kernels")
   return 0
 

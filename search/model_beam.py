@@ -14,7 +14,7 @@ thousands; a fit costs ~0.3 s, as much as a small kernel's measurements). The ch
 `rest` (search/beam.py: a round with no verified child measures the next ones). The model only chooses what is
 measured: the winner is measured and verified like any candidate, and the final check is the same."""
 from __future__ import annotations
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.options import LinearizerOptions
@@ -81,15 +81,19 @@ class ModelBeamStrategy(BeamStrategy):
     return [self.featurised[tuple(k.applied_opts)] for k in ks]
 
 
-def prior_data(tuned: Sequence[Tuned], options: LinearizerOptions) -> Data:
-  """What the searches of kernels alike measured, as a cost model's data: each timed candidate lowered on its own kernel
-  under these options, its time relative to that search's hand-coded candidate's (its baseline's where that one is gone)."""
-  out: Data = []
+def measured(tuned: Sequence[Tuned], options: LinearizerOptions, max_other_load: Optional[float] = None) -> Iterator[tuple[list[float], float]]:
+  """What the searches of `tuned` measured, as a cost model's data: each timed candidate lowered on its own kernel under
+  these options, its time relative to that search's hand-coded candidate's (its baseline's where that one is gone); with
+  max_other_load, only those timed while the rest of the machine kept fewer cores busy."""
   for t in tuned:
     r, root = t.result, Kernel(t.ast.rebased(), options)
     base = next((c.min_s for c in r.candidates if c.opts == r.baseline_opts and c.min_s), r.baseline_s)
     for c in r.candidates:
-      if not c.min_s or c.failed: continue
-      try: out.append((features(root.copy().apply_opts(c.opts)), c.min_s / base))
+      if not c.min_s or c.failed or max_other_load is not None and c.other_load >= max_other_load: continue
+      try: yield features(root.copy().apply_opts(c.opts)), c.min_s / base
       except OptError: continue  # an opt these options refuse
-  return out
+
+
+def prior_data(tuned: Sequence[Tuned], options: LinearizerOptions) -> Data:
+  """What the searches of kernels alike measured (measured()), every timed candidate."""
+  return list(measured(tuned, options))

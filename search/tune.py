@@ -21,7 +21,7 @@ from search.beam import BeamStrategy
 from search.builder import Build, Builder
 from search.load import OtherLoad, wait_quiet
 from search.model_beam import ModelBeamStrategy, prior_data
-from search import prior as shipped
+from search import prior as priors
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.runner import Runner
@@ -42,7 +42,8 @@ class SearchStopped(Exception):
 
 def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchSettings(), module: Optional[str] = None,
          progress: Optional[Callable[[int, Optional[float]], None]] = None, stop: Optional[threading.Event] = None,
-         warm: Sequence[Seed] = (), workshop: Optional[Workshop] = None, runs: int = 1, alike: Sequence[Tuned] = ()) -> SearchResult:
+         warm: Sequence[Seed] = (), workshop: Optional[Workshop] = None, runs: int = 1, alike: Sequence[Tuned] = (),
+         prior: Optional[priors.Prior] = None) -> SearchResult:
   """Search the fastest verified schedule of `ast` on `device` within the settings' budget. `module` swaps the backend
   module (tests plant faults with it); progress(candidates measured, best seconds so far) is called after each
   measurement; setting `stop` abandons the search (SearchStopped) within a candidate's timing. `warm`: schedules to
@@ -51,10 +52,11 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   legal here). `alike`: kernels alike tuned before on this device: their winners are warm starts too, and what their
   searches measured trains the cost model that orders the children from round 1 on (with the beam strategy it orders
   them, the model strategy's measure_top cut stays, its model fitted on the prior shipped for the device's family too:
-  search/prior.py). `workshop`: where the compile pool and the runner come from and go
-  back to (default: the process's, search/workshop.py). `runs`: how often the kernel runs per inference of its model:
-  with its hand-coded time, what the search is worth (the share of the budget it gets after the seeds:
-  StrategySettings.effort)."""
+  search/prior.py). `prior`: the model strategy's prior in place of the shipped one (a service's, trained from its
+  store; refused, with a log line, where it is of another family, codegen or action space). `workshop`: where the
+  compile pool and the runner come from and go back to (default: the process's, search/workshop.py). `runs`: how often
+  the kernel runs per inference of its model: with its hand-coded time, what the search is worth (the share of the
+  budget it gets after the seeds: StrategySettings.effort)."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)
@@ -75,10 +77,11 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     given = [replace(w, applied=[o.to_json() for o in refit(root, w.opts, actions).applied_opts]) for w in given]
     schedules = [w.opts for w in given]
     seeds, extra = warm_seeds(root, [hand.applied_opts, [], *schedules], actions), [v for w in schedules for v in variants(root, w, actions)]
-    prior, model = prior_data(alike, root.options), s.strategy.strategy is StrategyKind.MODEL
+    data, model = prior_data(alike, root.options), s.strategy.strategy is StrategyKind.MODEL
     # the beam's order from a warm start's data stays as it was measured (bench/warm_start.py): the shipped prior is the model strategy's
-    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, prior, cut=model, fitted=shipped.model(root.options, prior) if model else None,
-                                 featurise=search.builder.features) if model or prior else BeamStrategy(seeds, actions, s.strategy, extra)
+    fitted = priors.model(root.options, data, prior) if model else None
+    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, data, cut=model, fitted=fitted, featurise=search.builder.features) \
+      if model or data else BeamStrategy(seeds, actions, s.strategy, extra)
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     case.result()

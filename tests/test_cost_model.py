@@ -1,8 +1,10 @@
-import gzip, itertools, json, math
+import dataclasses, itertools, json, logging, math
 from pathlib import Path
 import numpy as np
 import pytest
+from search_results import cpu_fingerprint, search_result
 from devices import cpu
+from linearizer import ACTION_SPACE_VERSION, CODEGEN_VERSION
 from linearizer import reference
 from linearizer.ast import loads
 from linearizer.builders import matmul
@@ -17,13 +19,16 @@ from search.cost_model import CostModel
 from search.beam import BeamStrategy
 from search.cache import ResultCache
 from search.features import AT, NAMES, features
-from search.model_beam import MIN_TRAIN, ModelBeamStrategy
+from search.model_beam import MIN_TRAIN, ModelBeamStrategy, measured
 from search.pool import CompilePool
 from search.result import Candidate, Status
 from search.settings import SearchSettings, StrategySettings
+from search.similar import Tuned
 from search.strategy import drive
 from search.tune import tune
 from tunesvc.cli import main
+from tunesvc.client import Client
+from workers.worker import PRIOR_REFRESH_S, Worker
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples/kernels/maxpool_2x2.json"
 WIDEST = f"load_w{max(cpu.options().float_vector_widths)}"  # this CPU's widest float load: load_w8 (AVX2) or load_w16 (AVX-512)
@@ -137,20 +142,73 @@ def test_the_pool_featurises_schedules_as_the_search_would():
   with CompilePool(2) as pool: assert Builder(pool, cpu.__name__, k, cpu.options()).features(kids) == [features(c) for c in kids]
 
 
-def test_a_shipped_prior_is_used_only_where_its_features_are_todays(tmp_path, monkeypatch):
+def _prior(o, **changed) -> prior.Prior:
+  """A prior of o's family at today's versions and features, on the synthetic timings of matmul 16^3's schedules; `changed`: what differs."""
+  k = Kernel(matmul(16, 16, 16), o)
+  rows = tuple((_synthetic_s(f), *f) for f in map(features, [k, *children(k, actions_for(o))]))
+  return dataclasses.replace(prior.Prior(prior.family(o), NAMES, CODEGEN_VERSION, ACTION_SPACE_VERSION, rows), **changed)
+
+
+def test_a_prior_ranks_only_where_its_family_features_codegen_and_action_space_are_todays(tmp_path, monkeypatch, caplog):
   monkeypatch.setattr(prior, "PRIORS", tmp_path)
-  o, k = cpu.options(), Kernel(matmul(16, 16, 16), cpu.options())
-  kids = [k, *children(k, actions_for(o))]
-  rows = [[_synthetic_s(f), *f] for f in map(features, kids)]
-  def write(names) -> None:
-    with gzip.open(prior.path(o), "wt") as f: json.dump({"names": names, "rows": rows}, f)
-    for f in (prior._file, prior._load, prior._model): f.cache_clear()
-  assert prior.family(o) == f"cpu-w{max(o.float_vector_widths)}" and prior.load(o) == [] and prior.model(o) is None
-  write(list(NAMES)[:-1])  # computed before a feature was added
-  assert prior.load(o) == [] and prior.model(o) is None
-  write(list(NAMES))
-  assert [t for _, t in prior.load(o)] == [r[0] for r in rows] and prior.model(o) is prior.model(o)  # fitted once
-  assert prior.model(o, prior.load(o)[:3]) is not prior.model(o)  # with a warm start's data: fitted for the search
+  o = cpu.options()
+  assert prior.family(o) == f"cpu-w{max(o.float_vector_widths)}" and prior.shipped(o) is None and prior.model(o) is None
+  p = prior.read(prior.write(_prior(o)))  # the shipped file's form, read back
+  assert prior.shipped(o).rows == p.rows and prior.model(o) is prior.model(o)  # fitted once a process
+  assert prior.model(o, p.data()[:3]) is not prior.model(o)  # with a warm start's data: fitted for the search
+  refused = {"codegen_version": (CODEGEN_VERSION - 1, f"CODEGEN_VERSION {CODEGEN_VERSION - 1}, this is {CODEGEN_VERSION}"),
+             "action_space_version": (ACTION_SPACE_VERSION + 1, f"ACTION_SPACE_VERSION {ACTION_SPACE_VERSION + 1}"),
+             "names": (NAMES[:-1], "other names"), "family": ("cpu-w1", "the cpu-w1 family"), "rows": (p.rows[:MIN_TRAIN - 1], "rows")}
+  for field, (value, why) in refused.items():
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "tunesvc.search"):
+      assert prior.model(o, given=_prior(o, **{field: value})) is None, field
+      assert prior.model(o, given=_prior(o, **{field: value})) is None  # said once a process
+    assert [r.getMessage() for r in caplog.records if why in r.getMessage()] and len(caplog.records) == 1, (field, caplog.text)
+  given = _prior(o, meta={"source": "trained"})
+  assert prior.model(o, given=given) is prior.model(o, given=given) is not prior.model(o)  # a service's prior in place of the shipped one
+
+
+def test_training_data_leaves_out_what_was_timed_on_a_busy_machine_and_what_failed():
+  ast = matmul(16, 16, 16)
+  o, kids = cpu.options(), [[o.to_json() for o in c.applied_opts] for c in children(Kernel(ast, cpu.options()), actions_for(cpu.options()))][:4]
+  cands = [Candidate([], Status.OK, 0, times_s=[2e-3]), Candidate(kids[0], Status.OK, 1, times_s=[1e-3], other_load=0.1),
+           Candidate(kids[1], Status.SLOW, 1, times_s=[5e-3], other_load=0.2), Candidate(kids[2], Status.OK, 1, times_s=[1e-4], other_load=1.2),
+           Candidate(kids[3], Status.COMPILE_ERROR, 1)]
+  r = dataclasses.replace(search_result(ast, *cpu_fingerprint()), candidates=cands, baseline_opts=[], baseline_s=2e-3)
+  assert [t for _, t in measured([Tuned(ast, r)], o)] == [1.0, 0.5, 2.5, 0.05]  # relative to the hand-coded (here: unoptimised) one
+  assert [t for _, t in measured([Tuned(ast, r)], o, max_other_load=0.5)] == [1.0, 0.5, 2.5]
+  assert prior.build([(o, [Tuned(ast, r)])], {}, 0.5).rows[1][1:] == tuple(float(f"{x:.5g}") for x in features(Kernel(ast, o).apply_opts(
+    [Opt.from_json(d) for d in kids[0]])))
+
+
+@pytest.mark.slow
+def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_its_searches_from_round_one(server, tmp_path, monkeypatch, capsys):
+  """Issue 13 item 2b: a real search served and stored; `tunesvc cost-model train` turns its measurements into the prior of
+  the worker's family in the store; the worker fetches it (GET /v1/cost-models/{family}) for a model-strategy job, whose
+  round 1 it then cuts to measure_top (with no prior shipped: without it, round 1 measures every child)."""
+  monkeypatch.setattr(prior, "PRIORS", tmp_path / "none")
+  o, first, second = cpu.options(), matmul(32, 32, 32), matmul(24, 40, 32)
+  with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
+    user.submit([first], "CPU", {"beam": 2, "budget_candidates": 40, "min_time_s": 0.005, "final_rounds": 3})
+    w = Worker(wc, "CPU")
+    assert w.run(max_jobs=2) == 2  # the search and its confirmation (a measurement, not a search: not trained on)
+    assert wc.cost_model(prior.family(o)) is None  # none trained yet
+    # every candidate, busy or not (the filter: the test above): this machine may be busy
+    assert main(["cost-model", "train", "--db", f"sqlite:///{tmp_path}/client.db", "--max-other-load", "1000"]) == 0
+    assert prior.family(o) in capsys.readouterr().out
+    got = wc.cost_model(prior.family(o), CODEGEN_VERSION, ACTION_SPACE_VERSION)
+    timed = [m for m in user.kernel(first.key)["results"][0]["measurements"] if m["min_s"] and m["status"] in ("ok", "slow")]
+    assert got["names"] == list(NAMES) and got["kernels"] == [first.key] and len(got["rows"]) == len(timed) >= MIN_TRAIN
+    assert got["meta"]["source"] == "trained" and wc.cost_model(prior.family(o), CODEGEN_VERSION - 1) is None
+    job, = user.submit([second], "CPU", {"beam": 2, "budget_candidates": 30, "min_time_s": 0.005, "final_rounds": 3, "strategy": "model",
+                                         "measure_top": 3})
+    w._prior = (-PRIOR_REFRESH_S, None)  # fetched (as none) before training: ask again now
+    assert w.run(max_jobs=1) == 1
+    assert w.prior() is not None and w.prior().rows == tuple(map(tuple, got["rows"]))
+    r = user.job(job["job_id"])["result"]
+    round1 = [m for m in user.kernel(second.key)["results"][0]["measurements"] if m["round"] == 1]
+    assert r["verified"] and 0 < len(round1) <= 3 < sum(1 for _ in children(Kernel(second, o), actions_for(o)))
 
 
 @pytest.mark.slow

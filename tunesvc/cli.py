@@ -333,6 +333,47 @@ def cmd_tune_remote(args) -> int:
         if state in PENDING: jobs[jid] = c.job(jid)["state"]
 
 
+def cmd_cost_model_train(args) -> int:
+  """Every search the store keeps of this checkout's codegen and action-space version, each measured candidate lowered
+  under its device's options into one prior per device family (search/prior.py), kept in the store for workers to fetch
+  for model-strategy jobs (a worker fits its model on it: the rows travel, not a model of this LightGBM's version)."""
+  from collections import Counter
+  from linearizer import ACTION_SPACE_VERSION, CODEGEN_VERSION
+  from linearizer.ast import load
+  from linearizer.options import LinearizerOptions
+  from search.prior import build, family
+  from search.result import SearchResult
+  from search.similar import Tuned
+  from tunesvc.store import Store, cost_models
+  st = Store(_service_settings(args).database_url)
+  families: dict[str, dict[str, tuple[LinearizerOptions, list[Tuned]]]] = {}  # family -> options (JSON) -> (options, searches)
+  skipped: Counter[str] = Counter()
+  for doc, fp, options, result in cost_models.searches(st):
+    r = SearchResult.from_json(result)
+    if fp.get("codegen") != CODEGEN_VERSION: skipped[f"code of another CODEGEN_VERSION than {CODEGEN_VERSION}"] += 1
+    elif r.action_space_version != ACTION_SPACE_VERSION: skipped[f"another ACTION_SPACE_VERSION than {ACTION_SPACE_VERSION}"] += 1
+    else:
+      try: ast = load(doc)
+      except KernelValidationError:
+        skipped["a kernel document that no longer loads"] += 1
+        continue
+      o = LinearizerOptions.from_json(options)
+      families.setdefault(family(o), {}).setdefault(json.dumps(options, sort_keys=True), (o, []))[1].append(Tuned(ast, r))
+  from rich.table import Table
+  table = Table("family", "searches", "kernels", "candidates", title="cost models trained from the store")
+  for fam, by_options in sorted(families.items()):
+    searches = list(by_options.values())
+    n = sum(len(t) for _, t in searches)
+    p = build(searches, {"source": "trained", "searches": n, "max_other_load": args.max_other_load}, args.max_other_load)
+    cost_models.put(st, p.to_json())
+    table.add_row(fam, str(n), str(len(set(p.kernels))), str(len(p.rows)))
+  st.close()
+  if families: print_table(table)
+  else: print("no searches in the store to train from")
+  for why, n in skipped.items(): print(f"left out: {n} searches of {why}", file=sys.stderr)
+  return 0
+
+
 def _service_settings(args):
   from tunesvc.config import Settings
   settings = Settings.from_env()
@@ -668,6 +709,15 @@ def parser() -> argparse.ArgumentParser:
   inv.add_argument("--server", required=True, metavar="URL", help="the tunesvc server")
   inv.add_argument("--token", help="an admin token (default: TUNESVC_TOKEN)")
   inv.set_defaults(fn=cmd_admin_invalidate)
+  cm = sub.add_parser("cost-model", help="the search's cost model: train it from the store's measurements for the workers")
+  cm.set_defaults(fn=_prints_help(cm))
+  cmp_ = cm.add_subparsers(dest="cmcmd")
+  tr = cmp_.add_parser("train", help="a prior per device family from every search the store keeps; workers fetch it for model-strategy jobs")
+  tr.add_argument("--db", metavar="URL", help="the service's database URL (default: TUNESVC_DATABASE_URL, else SQLite under the user's data dir)")
+  tr.add_argument("--max-other-load", type=float, default=0.5, metavar="CORES",
+                  help="leave out candidates timed while the rest of the machine kept this many cores busy (default 0.5: a busy "
+                       "machine's THREAD candidates time 2-100x slow)")
+  tr.set_defaults(fn=cmd_cost_model_train)
   add_service_commands(sub)
   return p
 

@@ -121,6 +121,15 @@ class Client:
             "kernels": [_doc(k) for k in kernels]}
     return self._call("POST", "/v1/opts/lookup", json=body, timeout=timeout, max_bytes=max_bytes).json()["results"]
 
+  def cost_model(self, family: str, codegen_version: Optional[int] = None, action_space_version: Optional[int] = None) -> Optional[dict]:
+    """The cost model trained from the server's store for this device family and these versions (None: the newest), in
+    search/prior.py's JSON form; None where none is trained."""
+    params = {k: v for k, v in {"codegen_version": codegen_version, "action_space_version": action_space_version}.items() if v is not None}
+    try: return self._call("GET", f"/v1/cost-models/{family}", params=params).json()
+    except ServiceError as e:
+      if e.status == 404: return None
+      raise
+
   # workers
   def register(self, name: str, device: str, fingerprint: dict, fingerprint_hash: str, options: dict) -> int:
     """options: the device's LinearizerOptions JSON, which the service checks reported opts against."""

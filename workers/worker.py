@@ -7,10 +7,11 @@ from typing import Callable, Optional
 import httpx
 from devices import registry
 from linearizer.ast import KernelValidationError, load
-from linearizer import ACTION_SPACE_VERSION
+from linearizer import ACTION_SPACE_VERSION, CODEGEN_VERSION
 from search.builder import RenderBug
+from search.prior import Prior, family
 from search.result import Seed
-from search.settings import SearchSettings
+from search.settings import SearchSettings, StrategyKind
 from search.tune import DeviceBusy, SearchError, SearchStopped, tune
 from tunesvc.client import Client, ServiceError
 from tunesvc.states import JobKind
@@ -18,6 +19,7 @@ from workers.confirm import CONFIRM_KEYS, confirm
 
 log = logging.getLogger("tunesvc.worker")
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # the backoff while the service is away
+PRIOR_REFRESH_S = 600.0  # how long a fetched cost model serves before it is asked for again (training is offline and occasional)
 
 
 def settings_of(job: dict) -> SearchSettings:
@@ -54,6 +56,20 @@ class Worker:
     self.id = client.register(name or f"{socket.gethostname()}:{os.getpid()}:{device}", device, fp, self.fingerprint_hash,
                               self.dev.options().to_json())
     self.stopping = stopping or threading.Event()  # set: finish no more jobs, give the current one back
+    self._prior: tuple[float, Optional[Prior]] = (-PRIOR_REFRESH_S, None)  # (when fetched, the service's trained cost model)
+
+  def prior(self) -> Optional[Prior]:
+    """The cost model trained from the service's store for this device's family at this worker's versions
+    (`tunesvc cost-model train`), fetched at most every PRIOR_REFRESH_S; None where none is trained (the search ranks by
+    the prior shipped with it). Where the service does not answer, what was fetched before."""
+    fetched, prior = self._prior
+    if time.monotonic() - fetched < PRIOR_REFRESH_S: return prior
+    try:
+      d = self.client.cost_model(family(self.dev.options()), CODEGEN_VERSION, ACTION_SPACE_VERSION)
+      prior = None if d is None else Prior.from_json(d)
+    except Exception as e: log.warning("cannot fetch the cost model: %s", e)  # the search still runs, on the shipped prior
+    self._prior = (time.monotonic(), prior)
+    return prior
 
   def run(self, max_jobs: Optional[int] = None) -> int:
     """Claim and search jobs until stopped (or max_jobs are done); returns how many were finished."""
@@ -92,7 +108,9 @@ class Worker:
     try:
       if job.get("kind") == JobKind.CONFIRM:
         result = confirm(load(job["kernel"]), self.device, job["settings"]["opts"], settings, module=self.module, stop=stop)
-      else: result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop, warm=warm_of(job), runs=runs_of(job))
+      else:
+        prior = self.prior() if settings.strategy.strategy is StrategyKind.MODEL else None
+        result = tune(load(job["kernel"]), self.device, settings, module=self.module, stop=stop, warm=warm_of(job), runs=runs_of(job), prior=prior)
     except SearchStopped:
       if not lost.is_set(): self.deliver(jid, "release", lambda: self.client.release(self.id, jid))  # stopping: no attempt spent
       return False

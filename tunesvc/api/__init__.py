@@ -10,7 +10,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy import exc, text
 from starlette.exceptions import HTTPException
-from tunesvc.api import admin, dashboard, kernels, opts, programs, status, workers
+from tunesvc.api import admin, cost_models, dashboard, kernels, opts, programs, status, workers
 from tunesvc.api.limits import RateLimit
 from tunesvc.api.metrics import Metrics, MetricsMiddleware
 from tunesvc.config import Settings
@@ -83,7 +83,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
   app.state.settings, app.state.store, app.state.metrics = settings, st, Metrics(st)
   app.state.recent_answers = opts.RecentAnswers(settings.answer_ttl_s)
   app.state.rate_limit = RateLimit(settings.open_rate_per_s, 2 * settings.open_rate_per_s)
-  for r in (kernels.router, opts.router, workers.router, status.router, programs.router, admin.router, dashboard.router): app.include_router(r)
+  for r in (kernels.router, opts.router, workers.router, status.router, programs.router, cost_models.router, admin.router,
+            dashboard.router): app.include_router(r)
   app.mount("/static", dashboard.static)
   app.add_middleware(opts.FastLookup, state=app.state)
   # without tokens every caller may do everything: a web page whose name was rebound to this address (DNS rebinding) would

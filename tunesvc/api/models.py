@@ -313,3 +313,16 @@ class InvalidateRequest(Request):
 class InvalidateOut(BaseModel):
   invalidated: list[int] = Field(description="the results invalidated")
   requeued: list[int] = Field(description="the new tuning jobs")
+
+
+class CostModelOut(BaseModel):
+  """A cost model's prior trained from the store (`tunesvc cost-model train`; search/prior.py reads it): rows of a
+  candidate's features and its time relative to its kernel's hand-coded one, measured on the family's devices."""
+  family: str = Field(description='the device family: backend and widest float vector, e.g. "cpu-w16"')
+  codegen_version: int = Field(description="the CODEGEN_VERSION of the code its rows timed")
+  action_space_version: int
+  names: list[str] = Field(description="the features' names, in the rows' order after the time")
+  kernels: list[str] = Field(description="the kernels measured (names, else keys)")
+  rows: list[list[float]] = Field(description="[time relative to the kernel's hand-coded time, *features] per measured candidate")
+  meta: dict[str, Any] = Field(description="how it was trained: source, searches, load filter")
+  created: float = Field(description="when it was trained (Unix seconds)")

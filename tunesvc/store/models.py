@@ -154,3 +154,16 @@ class Best(Base):
   action_space_version: Mapped[int] = mapped_column(primary_key=True)
   result_id: Mapped[int] = mapped_column(ForeignKey("results.id"))
   best_s: Mapped[float]               # the result's, kept here so a replacement can be decided in one upsert
+
+
+class CostModel(Base):
+  """A cost model's prior trained from the store's measurements (search/prior.py's JSON form): rows of a candidate's
+  features and its time relative to its kernel's hand-coded one, of one device family at one codegen and action-space version."""
+  __tablename__ = "cost_models"
+  family: Mapped[str] = mapped_column(String(64), primary_key=True)
+  codegen_version: Mapped[int] = mapped_column(Integer, primary_key=True)
+  action_space_version: Mapped[int] = mapped_column(Integer, primary_key=True)
+  prior: Mapped[dict[str, Any]]
+  rows: Mapped[int] = mapped_column(Integer)
+  kernels: Mapped[int] = mapped_column(Integer)
+  created: Mapped[float]
