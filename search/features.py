@@ -10,10 +10,13 @@ size, and the work per innermost iteration and in all (each op weighted by its l
 it). Sizes that span orders of magnitude are log2'd."""
 from __future__ import annotations
 import math
+from typing import Optional
+from linearizer.ast import ALU, MemArg
 from linearizer.kernel import Kernel
 from linearizer.lower import Program, UOps, lower
 from linearizer.shapetracker import affine
 from linearizer.symbolic import Var, smax, variables
+from linearizer.vectors import vector_widths
 
 WIDTHS = (1, 2, 4, 8, 16)   # vector-width buckets of loads and stores (16: 16 lanes or more)
 STRIDES = ("contiguous", "broadcast", "strided")
@@ -89,3 +92,97 @@ def _stride(u, loops: list[tuple[Var, int]]) -> str:
   if aff is None: return "strided"
   c = aff[0][0]
   return "strided" if not isinstance(c, int) else "broadcast" if c == 0 else "contiguous" if c == 1 else "strided"
+
+
+# A schedule's features read off the Kernel itself, without lowering it (tens of microseconds against the lowering's
+# tens of milliseconds): the AST's op counts, the sizes of the loops and of the upcast tile the opts made, and each
+# buffer's strides along them -- what the lowering turns into vector widths, loads per iteration and accumulators.
+SCHEDULE_NAMES: tuple[str, ...] = (
+  "s_alu", "s_transcendental", "s_loads", "s_consts", "s_mulacc", "s_log_positions", "s_log_output", "s_log_reduce", "s_pad_ratio",
+  "s_log_upcast", "s_log_upcast_out", "s_log_unroll", "s_upcast_axes", "s_threads", "s_blocks", "s_log_block", "s_packed",
+  "s_log_pack_bytes", "s_local_dims", "s_groups", "s_tc", "s_log_iters", "s_log_innermost", "s_inner_reduce", "s_log_outermost",
+  "s_accumulators", "s_lanes", "s_vec_contiguous", "s_vec_broadcast", "s_vec_strided", "s_store_vector", "s_inner_contiguous",
+  "s_inner_broadcast", "s_inner_strided", "s_outer_invariant", "s_log_outer_stride", "s_elements_per_iter", "s_alu_per_iter",
+  "s_bytes_per_iter", "s_log_total_alu", "s_log_total_bytes", "s_intensity")
+S_AT = {n: i for i, n in enumerate(SCHEDULE_NAMES)}
+TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
+
+
+def _strides(k: Kernel) -> list[tuple[Optional[int], ...]]:
+  """Each leaf's stride along each axis (None: not affine, or symbolic), the one view's own where it has one view."""
+  out = []
+  for st in k.sts:
+    s = st.views[0].strides if len(st.views) == 1 else st.real_strides(ignore_valid=True)
+    out.append(tuple(x if isinstance(x, int) else None for x in s))
+  return out
+
+
+def _kind(stride: Optional[int]) -> str: return "broadcast" if stride == 0 else "contiguous" if stride == 1 else "strided"
+
+
+def schedule_features(k: Kernel) -> list[float]:
+  """The feature vector of k's schedule, without lowering it (SCHEDULE_NAMES)."""
+  f = [0.0] * len(SCHEDULE_NAMES)
+  def put(name: str, x: float) -> None: f[S_AT[name]] = float(x)
+  nodes, full = k.ast.nodes, [max(1, smax(s)) for s in k.full_shape]
+  n, up = len(full), k.upcasted
+  alu = sum(1 for x in nodes if x.op in ALU)
+  put("s_alu", alu)
+  put("s_transcendental", sum(1 for x in nodes if x.op in TRANSCENDENTAL))
+  put("s_loads", sum(1 for x in nodes if x.op == "LOAD"))
+  put("s_consts", sum(1 for x in nodes if x.op == "CONST"))
+  put("s_mulacc", k.reduceop is not None and k.reduceop.arg.fn == "SUM" and k.reduceop.src[0].op == "MUL")
+  positions = math.prod(full)
+  put("s_log_positions", math.log2(positions))
+  put("s_log_output", math.log2(math.prod(max(1, smax(s)) for s in k.output_shape)))
+  put("s_log_reduce", math.log2(positions / math.prod(max(1, smax(s)) for s in k.output_shape)))
+  put("s_pad_ratio", positions / max(1, math.prod(max(1, smax(s)) for s in k.ast.full_shape)))
+  upcast = list(range(n - up, n))
+  tile = math.prod(full[i] for i in upcast)
+  put("s_log_upcast", math.log2(tile))
+  put("s_log_upcast_out", sum(math.log2(full[i]) for i in upcast if not k.is_reduce_axis(i)))
+  put("s_log_unroll", sum(math.log2(full[i]) for i in upcast if k.is_reduce_axis(i)))
+  put("s_upcast_axes", up)
+  threads = full[0] if k.thread_dims else 1
+  put("s_threads", threads)
+  blocks = range(k.thread_dims, k.thread_dims + k.block_dims)
+  put("s_blocks", k.block_dims)
+  put("s_log_block", sum(math.log2(full[i]) for i in blocks))
+  put("s_packed", len(k.packed))
+  put("s_log_pack_bytes", math.log2(1 + k.pack_bytes()) if k.packed else 0)
+  put("s_local_dims", k.local_dims)
+  put("s_groups", k.group_for_reduces)
+  put("s_tc", k.tensor_core is not None)
+  loops = list(range(k.thread_dims, n - up))  # the loop nest each thread runs, outermost first
+  iters = positions / tile / threads
+  put("s_log_iters", math.log2(max(1.0, iters)))
+  inner = loops[-1] if loops else None
+  put("s_log_innermost", math.log2(full[inner]) if inner is not None else 0)
+  put("s_inner_reduce", inner is not None and k.is_reduce_axis(inner))
+  put("s_log_outermost", math.log2(full[loops[0]]) if loops else 0)
+  strides = _strides(k)
+  out_st, loads = strides[0], [(a, s) for a, s in zip(k.leaves[1:], strides[1:]) if isinstance(a, MemArg)]
+  put("s_accumulators", math.prod(full[i] for i in upcast if out_st[i] != 0) if k.reduceop is not None else 0)
+  # the vector axis: the upcast axis most leaves read contiguously along (the last of equals), as wide as the device allows
+  widths = vector_widths(k.ast, k.options) if not k.options.has_local else ()
+  vec = max(upcast, key=lambda i: (sum(s[i] == 1 for s in strides), i), default=None)
+  lanes = max((w for w in widths if vec is not None and full[vec] % w == 0), default=1)
+  put("s_lanes", lanes)
+  for _, s in loads:
+    if vec is not None and lanes > 1: f[S_AT[f"s_vec_{_kind(s[vec])}"]] += 1
+    if inner is not None: f[S_AT[f"s_inner_{_kind(s[inner])}"]] += 1
+    if loops and s[loops[0]] == 0: f[S_AT["s_outer_invariant"]] += 1
+  put("s_store_vector", vec is not None and lanes > 1 and out_st[vec] == 1)
+  outer_stride = sum(abs(st) * a.dtype.itemsize for a, s in loads if loops and (st := s[loops[0]]))
+  put("s_log_outer_stride", math.log2(1 + outer_stride))
+  # the elements each leaf moves a tile: an upcast axis it does not vary along reads one
+  moved = [(a.dtype.itemsize, math.prod(full[i] for i in upcast if s[i] != 0)) for a, s in zip(k.leaves, strides) if isinstance(a, MemArg)]
+  per_iter = sum(e for _, e in moved)
+  put("s_elements_per_iter", per_iter)
+  put("s_alu_per_iter", alu * tile)
+  put("s_bytes_per_iter", sum(b * e for b, e in moved))
+  put("s_log_total_alu", math.log2(1 + alu * positions))
+  total_bytes = sum(b * e for b, e in moved) * iters * threads
+  put("s_log_total_bytes", math.log2(1 + total_bytes))
+  put("s_intensity", alu * positions / max(1.0, total_bytes))
+  return f

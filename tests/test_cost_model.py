@@ -18,7 +18,7 @@ from search.builder import Builder
 from search.cost_model import CostModel
 from search.beam import BeamStrategy
 from search.cache import ResultCache
-from search.features import AT, NAMES, features
+from search.features import AT, NAMES, SCHEDULE_NAMES, features, schedule_features
 from search.model_beam import MIN_TRAIN, ModelBeamStrategy, measured
 from search.pool import CompilePool
 from search.result import Candidate, Status
@@ -57,6 +57,26 @@ def test_features_are_a_fixed_length_deterministic_vector_that_tells_schedules_a
   assert plain["accumulators"] == 1 and tuned["accumulators"] > 1 and tuned["acc_lanes"] > plain["acc_lanes"]
   assert plain["load_strided"] == 1 and plain["load_contiguous"] == 1  # B read down its columns, A along its rows
   assert tuned[WIDEST] > 0 and plain["load_w1"] == 2 and plain["log_loop_product"] == 18  # 64^3 iterations
+
+
+def test_schedule_features_read_the_tile_threads_and_vectors_off_the_schedule_without_lowering_it(monkeypatch):
+  k = Kernel(matmul(64, 64, 64), cpu.options())
+  hand = k.copy()
+  hand_coded_optimizations(hand)
+  kids = [k, hand, *children(hand, actions_for(k.options))]
+  monkeypatch.setattr("search.features.lower", None)  # nothing here lowers
+  fs = [schedule_features(c) for c in kids]
+  assert all(len(f) == len(SCHEDULE_NAMES) and all(math.isfinite(x) for x in f) for f in fs)
+  assert fs == [schedule_features(c.copy()) for c in kids] and len({tuple(f) for f in fs}) >= len(fs) - 3
+  plain, tuned = dict(zip(SCHEDULE_NAMES, fs[0])), dict(zip(SCHEDULE_NAMES, fs[1]))
+  assert plain["s_log_positions"] == tuned["s_log_positions"] == 18 and plain["s_mulacc"] == 1 and plain["s_log_reduce"] == 6
+  assert plain["s_log_upcast"] == 0 and plain["s_accumulators"] == 1 and plain["s_lanes"] == 1 and plain["s_threads"] == 1
+  assert plain["s_inner_contiguous"] == plain["s_inner_strided"] == 1  # A along its rows, B down its columns
+  tile = math.prod(o.amt for o in hand.applied_opts if o.op in (OptOp.UPCAST, OptOp.UNROLL))
+  assert tuned["s_log_upcast"] == math.log2(tile) and tuned["s_accumulators"] > 1 and tuned["s_lanes"] > 1 and tuned["s_store_vector"] == 1
+  if k.options.threads > 1:
+    c, f = next((c, dict(zip(SCHEDULE_NAMES, f))) for c, f in zip(kids[2:], fs[2:]) if c.applied_opts[-1].op is OptOp.THREAD)
+    assert f["s_threads"] == c.applied_opts[-1].amt and f["s_log_iters"] == tuned["s_log_iters"] - math.log2(c.applied_opts[-1].amt)
 
 
 def test_the_model_ranks_a_monotone_relation_on_held_out_points():
