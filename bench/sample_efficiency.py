@@ -24,7 +24,7 @@ from linearizer.ast import loads
 from linearizer.kernel import Kernel, Opt
 from search import prior
 from search.cost_model import CostModel
-from search.features import features
+from search.features import schedule_features
 from search.result import SearchResult, Status
 from search.settings import SearchSettings
 from search.tune import tune
@@ -58,7 +58,7 @@ def taus(ast, r: SearchResult, seed: int) -> tuple[float | None, float | None]:
   timed = [c for c in r.candidates if c.min_s]
   if len(timed) < 12: return None, None
   random.Random(seed).shuffle(timed)
-  X = [features(Kernel(ast, cpu.options()).apply_opts([Opt.from_json(o) for o in c.opts])) for c in timed]
+  X = [schedule_features(Kernel(ast, cpu.options()).apply_opts([Opt.from_json(o) for o in c.opts])) for c in timed]
   t, cut = [c.min_s for c in timed], len(timed) * 3 // 4
   shipped = prior.model(cpu.options())
   return kendall(CostModel().fit(X[:cut], t[:cut]).predict(X[cut:]), t[cut:]), None if shipped is None else kendall(shipped.predict(X), t)

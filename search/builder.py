@@ -14,7 +14,6 @@ from linearizer.kernel import Kernel, Opt
 from linearizer.lower import lower
 from linearizer.options import LinearizerOptions
 from search.actions import MAX_UOPS
-from search.features import features
 from search.pool import CompilePool
 from search.result import Status
 
@@ -50,10 +49,6 @@ def render_task(module: str, key: str, doc: str, opts: tuple[Opt, ...], options:
   src = importlib.import_module(module).render(prog) if len(prog.uops) <= MAX_UOPS else None
   return src, len(prog.uops), (prog.groups, prog.local) if prog.local else ()
 
-def features_task(key: str, doc: str, schedules: list[tuple[Opt, ...]], options: LinearizerOptions) -> list[list[float]]:
-  """The cost model's features of the kernel under each schedule (search/features.py)."""
-  return [features(Kernel(_ast(key, doc), options).apply_opts(opts)) for opts in schedules]
-
 def compile_task(module: str, src: str) -> tuple[Binary, float]:
   t = time.perf_counter()
   return importlib.import_module(module).compile(src), time.perf_counter() - t
@@ -76,19 +71,6 @@ class Builder:
     self.pool, self.module, self.k, self.options = pool, module, k, options
     self.batch = batch and hasattr(importlib.import_module(module), "compile_batch")
     self.sources: set[str] = set()     # source hashes seen: the duplicate filter
-
-  def features(self, kernels: list[Kernel]) -> list[list[float]]:
-    """The cost model's features of each kernel, lowered in the pool: as many tasks as workers, the kernels split evenly."""
-    n = -(-len(kernels) // self.pool.workers) or 1
-    tasks = {self.pool.submit(features_task, self.k.key, self.k.canonical, [tuple(k.applied_opts) for k in kernels[i:i + n]], self.options): i
-             for i in range(0, len(kernels), n)}
-    out: list[list[float]] = [[] for _ in kernels]
-    while tasks:
-      for t, ok, val in self.pool.results():
-        if (i := tasks.pop(t, None)) is None: continue  # a compile the last round left running
-        if not ok: raise RenderBug(f"lowering a schedule to featurise it failed: {val}")
-        out[i:i + len(val)] = val
-    return out
 
   def build(self, kernels: list[Kernel], deadline: float = float("inf"), stop: Optional[threading.Event] = None,
             need: Optional[int] = None) -> Generator[Build, None, None]:

@@ -102,7 +102,8 @@ SCHEDULE_NAMES: tuple[str, ...] = (
   "s_log_upcast", "s_log_upcast_out", "s_log_unroll", "s_upcast_axes", "s_threads", "s_blocks", "s_log_block", "s_packed",
   "s_log_pack_bytes", "s_local_dims", "s_groups", "s_tc", "s_log_iters", "s_log_innermost", "s_inner_reduce", "s_log_outermost",
   "s_accumulators", "s_lanes", "s_vec_contiguous", "s_vec_broadcast", "s_vec_strided", "s_store_vector", "s_inner_contiguous",
-  "s_inner_broadcast", "s_inner_strided", "s_outer_invariant", "s_log_outer_stride", "s_elements_per_iter", "s_alu_per_iter",
+  "s_inner_broadcast", "s_inner_strided", "s_outer_invariant", "s_log_outer_stride", "s_elements_per_iter", "s_vector_loads",
+  "s_element_loads", "s_alu_per_iter",
   "s_bytes_per_iter", "s_log_total_alu", "s_log_total_bytes", "s_intensity")
 S_AT = {n: i for i, n in enumerate(SCHEDULE_NAMES)}
 TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
@@ -115,6 +116,21 @@ def _strides(k: Kernel) -> list[tuple[Optional[int], ...]]:
     s = st.views[0].strides if len(st.views) == 1 else st.real_strides(ignore_valid=True)
     out.append(tuple(x if isinstance(x, int) else None for x in s))
   return out
+
+
+def _vector_axis(k: Kernel, full: list[int], strides: list[tuple[Optional[int], ...]], loads: list[tuple[Optional[int], ...]],
+                 widths: tuple[int, ...]) -> Optional[int]:
+  n = len(full)
+  ups = [i for i in reversed(range(n - k.upcasted, n)) if full[i] in widths]
+  ranked = []
+  for i in (i for i in ups if not k.is_reduce_axis(i)):
+    contiguous = strides[0][i] == 1
+    if contiguous and any(s[i] == 1 for s in loads): return i
+    if any(i in k.pack_axes(j) for j in k.packed): ranked.append((1, i))
+    elif contiguous: ranked.append((2, i))
+  if ranked: return min(ranked, key=lambda r: r[0])[1]
+  if all(full[i] == 1 for i in range(k.first_reduce, n - k.upcasted)): return None  # no reduce loop to carry lanes across
+  return next((i for i in ups if k.is_reduce_axis(i) and any(s[i] == 1 for s in loads)), None)
 
 
 def _kind(stride: Optional[int]) -> str: return "broadcast" if stride == 0 else "contiguous" if stride == 1 else "strided"
@@ -163,10 +179,12 @@ def schedule_features(k: Kernel) -> list[float]:
   strides = _strides(k)
   out_st, loads = strides[0], [(a, s) for a, s in zip(k.leaves[1:], strides[1:]) if isinstance(a, MemArg)]
   put("s_accumulators", math.prod(full[i] for i in upcast if out_st[i] != 0) if k.reduceop is not None else 0)
-  # the vector axis: the upcast axis most leaves read contiguously along (the last of equals), as wide as the device allows
+  # the vector axis, as the lowering picks it (linearizer/lower.py _vector_axis, less the masks): an output upcast axis of a
+  # width the ISA has, innermost first, the STORE and a LOAD contiguous along it, else one a packed copy holds, else one the
+  # STORE is contiguous along; else an unrolled reduce axis a LOAD is contiguous along, where a reduce loop is left
   widths = vector_widths(k.ast, k.options) if not k.options.has_local else ()
-  vec = max(upcast, key=lambda i: (sum(s[i] == 1 for s in strides), i), default=None)
-  lanes = max((w for w in widths if vec is not None and full[vec] % w == 0), default=1)
+  vec = _vector_axis(k, full, strides, [s for _, s in loads], widths)
+  lanes = full[vec] if vec is not None else 1
   put("s_lanes", lanes)
   for _, s in loads:
     if vec is not None and lanes > 1: f[S_AT[f"s_vec_{_kind(s[vec])}"]] += 1
@@ -177,8 +195,12 @@ def schedule_features(k: Kernel) -> list[float]:
   put("s_log_outer_stride", math.log2(1 + outer_stride))
   # the elements each leaf moves a tile: an upcast axis it does not vary along reads one
   moved = [(a.dtype.itemsize, math.prod(full[i] for i in upcast if s[i] != 0)) for a, s in zip(k.leaves, strides) if isinstance(a, MemArg)]
-  per_iter = sum(e for _, e in moved)
-  put("s_elements_per_iter", per_iter)
+  put("s_elements_per_iter", sum(e for _, e in moved))
+  # the loads a tile takes: a leaf read contiguously along the vector axis in vectors of `lanes`, the others element by element
+  for _, s in loads:
+    e = math.prod(full[i] for i in upcast if s[i] != 0)
+    if vec is not None and lanes > 1 and s[vec] == 1: f[S_AT["s_vector_loads"]] += e / lanes
+    else: f[S_AT["s_element_loads"]] += e
   put("s_alu_per_iter", alu * tile)
   put("s_bytes_per_iter", sum(b * e for b, e in moved))
   put("s_log_total_alu", math.log2(1 + alu * positions))

@@ -1,5 +1,6 @@
 """Beam search guided by a cost model, a Strategy (search/strategy.py) beside BeamStrategy: the same beam and the same
-end, but each round's children (all lowered and featurised: cheap next to compiling and timing them) are proposed in the
+end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
+child, against a lowering's ~5 and a compile's 10-100) are proposed in the
 order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them.
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
@@ -14,13 +15,13 @@ thousands; a fit costs ~0.3 s, as much as a small kernel's measurements). The ch
 `rest` (search/beam.py: a round with no verified child measures the next ones). The model only chooses what is
 measured: the winner is measured and verified like any candidate, and the final check is the same."""
 from __future__ import annotations
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 import numpy as np
 from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.options import LinearizerOptions
 from search.beam import BeamStrategy
 from search.cost_model import CostModel
-from search.features import features
+from search.features import schedule_features
 from search.result import Candidate
 from search.settings import StrategySettings
 from search.similar import Tuned
@@ -40,15 +41,13 @@ Data = list[tuple[list[float], float]]  # (features, time relative to the kernel
 
 class ModelBeamStrategy(BeamStrategy):
   def __init__(self, seeds: list[Kernel], actions: tuple[Opt, ...], s: StrategySettings, extra: Sequence[Kernel] = (),
-               prior: Sequence[tuple[list[float], float]] = (), cut: bool = True, fitted: Optional[CostModel] = None,
-               featurise: Optional[Callable[[list[Kernel]], list[list[float]]]] = None):
+               prior: Sequence[tuple[list[float], float]] = (), cut: bool = True, fitted: Optional[CostModel] = None):
     super().__init__(seeds, actions, s, extra)
     self.prior, self.cut, self.fitted = list(prior), cut, fitted
-    self.featurise = featurise or (lambda ks: [features(k) for k in ks])  # tune's lowers them in the compile pool
     self.model = fitted or CostModel()
     self.hand = tuple(seeds[0].applied_opts) if seeds else ()  # the first seed is the hand-coded one (search/tune.py)
     self.base: Optional[float] = None                      # its time: what this search's times are relative to
-    self.featurised: dict[tuple, list[float]] = {}         # by schedule: each candidate lowered once here
+    self.featurised: dict[tuple, list[float]] = {}         # by schedule: each candidate featurised once here
     self.data: list[tuple[list[float], float]] = []        # (features, best time) of everything timed so far
 
   def observe(self, results: list[tuple[Kernel, Candidate]]) -> None:
@@ -77,20 +76,20 @@ class ModelBeamStrategy(BeamStrategy):
 
   def _features(self, ks: list[Kernel]) -> list[list[float]]:
     if new := [k for k in ks if tuple(k.applied_opts) not in self.featurised]:
-      self.featurised.update(zip((tuple(k.applied_opts) for k in new), self.featurise(new)))
+      self.featurised.update((tuple(k.applied_opts), schedule_features(k)) for k in new)
     return [self.featurised[tuple(k.applied_opts)] for k in ks]
 
 
 def measured(tuned: Sequence[Tuned], options: LinearizerOptions, max_other_load: Optional[float] = None) -> Iterator[tuple[list[float], float]]:
-  """What the searches of `tuned` measured, as a cost model's data: each timed candidate lowered on its own kernel under
-  these options, its time relative to that search's hand-coded candidate's (its baseline's where that one is gone); with
+  """What the searches of `tuned` measured, as a cost model's data: each timed candidate's schedule featurised on its own
+  kernel under these options, its time relative to that search's hand-coded candidate's (its baseline's where that one is gone); with
   max_other_load, only those timed while the rest of the machine kept fewer cores busy."""
   for t in tuned:
     r, root = t.result, Kernel(t.ast.rebased(), options)
     base = next((c.min_s for c in r.candidates if c.opts == r.baseline_opts and c.min_s), r.baseline_s)
     for c in r.candidates:
       if not c.min_s or c.failed or max_other_load is not None and c.other_load >= max_other_load: continue
-      try: yield features(root.copy().apply_opts(c.opts)), c.min_s / base
+      try: yield schedule_features(root.copy().apply_opts(c.opts)), c.min_s / base
       except OptError: continue  # an opt these options refuse
 
 

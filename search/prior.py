@@ -4,8 +4,8 @@ exhaustive. Two sources: the file shipped with the search (search/priors/<family
 bench/search_prior.py), and one trained from every measurement in a service's store (`tunesvc cost-model train`), which
 workers fetch from the API and hand to tune() in place of the shipped one.
 
-A prior records what its rows were measured and featurised under: the family, the feature names (search/features.py),
-CODEGEN_VERSION and ACTION_SPACE_VERSION. Rows of other generated code timed other code, rows of other features mean
+A prior records what its rows were measured and featurised under: the family, the feature names (search/features.py's
+schedule features), CODEGEN_VERSION and ACTION_SPACE_VERSION. Rows of other generated code timed other code, rows of other features mean
 other things: such a prior is refused, with a log line saying why (refusal)."""
 from __future__ import annotations
 import functools, gzip, json, logging
@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 from linearizer import ACTION_SPACE_VERSION, CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
 from search.cost_model import CostModel
-from search.features import NAMES
+from search.features import SCHEDULE_NAMES
 from search.model_beam import MIN_TRAIN, Data, measured
 from search.similar import Tuned
 
@@ -34,7 +34,7 @@ def path(o: LinearizerOptions) -> Path: return PRIORS / f"{family(o)}.json.gz"
 @dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, so a fitted model is cached per prior object (_fitted)
 class Prior:
   family: str
-  names: tuple[str, ...]          # the features' names its rows were computed under
+  names: tuple[str, ...]          # the features' names its rows were computed under (search/features.py SCHEDULE_NAMES)
   codegen_version: int            # the generated code its times are of (-1: not recorded, a file from before versions)
   action_space_version: int
   rows: tuple[tuple[float, ...], ...]  # (time relative to its kernel's hand-coded time, *features)
@@ -46,7 +46,7 @@ class Prior:
   def refusal(self, o: LinearizerOptions) -> Optional[str]:
     """Why this prior may not rank a search on a device of options o; None where it may."""
     if self.family != family(o): return f"it is of the {self.family} family, the device is {family(o)}"
-    if self.names != NAMES: return "its features were computed under other names (search/features.py changed since)"
+    if self.names != SCHEDULE_NAMES: return "its features were computed under other names (search/features.py changed since)"
     if self.codegen_version != CODEGEN_VERSION: return f"it timed code of CODEGEN_VERSION {self.codegen_version}, this is {CODEGEN_VERSION}"
     if self.action_space_version != ACTION_SPACE_VERSION:
       return f"it was searched at ACTION_SPACE_VERSION {self.action_space_version}, this is {ACTION_SPACE_VERSION}"
@@ -64,12 +64,12 @@ class Prior:
 
 def build(searches: Sequence[tuple[LinearizerOptions, Sequence[Tuned]]], meta: dict, max_other_load: Optional[float] = None) -> Prior:
   """The prior of one device family from what the searches measured: (the options of the device they ran on, what was
-  tuned there), each candidate lowered under its device's options (times rounded to 4 digits, features to 5); with
+  tuned there), each candidate featurised under its device's options (times rounded to 4 digits, features to 5); with
   max_other_load, only candidates timed while the rest of the machine kept fewer cores busy."""
   if len(fams := {family(o) for o, _ in searches}) != 1: raise ValueError(f"a prior is of one device family: {sorted(fams)}")
   rows = tuple((float(f"{t:.4g}"), *(float(f"{x:.5g}") for x in f)) for o, tuned in searches for f, t in measured(tuned, o, max_other_load))
   kernels = tuple(t.ast.name or t.ast.key for _, tuned in searches for t in tuned)
-  return Prior(fams.pop(), NAMES, CODEGEN_VERSION, ACTION_SPACE_VERSION, rows, kernels, meta)
+  return Prior(fams.pop(), SCHEDULE_NAMES, CODEGEN_VERSION, ACTION_SPACE_VERSION, rows, kernels, meta)
 
 
 def read(p: Path) -> Prior:

@@ -80,8 +80,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     data, model = prior_data(alike, root.options), s.strategy.strategy is StrategyKind.MODEL
     # the beam's order from a warm start's data stays as it was measured (bench/warm_start.py): the shipped prior is the model strategy's
     fitted = priors.model(root.options, data, prior) if model else None
-    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, data, cut=model, fitted=fitted, featurise=search.builder.features) \
-      if model or data else BeamStrategy(seeds, actions, s.strategy, extra)
+    strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, data, cut=model, fitted=fitted) if model or data \
+      else BeamStrategy(seeds, actions, s.strategy, extra)
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     case.result()

@@ -14,13 +14,11 @@ from linearizer.kernel import Kernel, Opt, OptOp
 from linearizer.lower import lower
 from search import prior
 from search.actions import actions_for, children
-from search.builder import Builder
 from search.cost_model import CostModel
 from search.beam import BeamStrategy
 from search.cache import ResultCache
 from search.features import AT, NAMES, SCHEDULE_NAMES, features, schedule_features
 from search.model_beam import MIN_TRAIN, ModelBeamStrategy, measured
-from search.pool import CompilePool
 from search.result import Candidate, Status
 from search.settings import SearchSettings, StrategySettings
 from search.similar import Tuned
@@ -127,8 +125,7 @@ def _fitted_elsewhere(k: Kernel) -> CostModel:
   """A model fitted before the search, on the synthetic timings of another kernel's schedules (a prior, search/prior.py)."""
   acts, seen = actions_for(k.options), [k]
   for c in [k, *children(k, acts)]: seen += [c, *itertools.islice(children(c, acts), 6)]
-  fs = [features(c) for c in seen]
-  return CostModel().fit(fs, [_synthetic_s(f) for f in fs])
+  return CostModel().fit([schedule_features(c) for c in seen], [_synthetic_s(features(c)) for c in seen])  # what the strategy ranks by
 
 
 def test_a_fitted_model_cuts_round_one_and_a_round_with_nothing_verified_measures_its_next_children():
@@ -155,18 +152,11 @@ def test_a_fitted_model_cuts_round_one_and_a_round_with_nothing_verified_measure
   assert sum(r == 1 for r, _ in log) == first and not any(r == 2 for r, _ in log)
 
 
-def test_the_pool_featurises_schedules_as_the_search_would():
-  k = matmul(32, 32, 32)
-  root = Kernel(k, cpu.options())
-  kids = [root, *itertools.islice(children(root, actions_for(root.options)), 6)]
-  with CompilePool(2) as pool: assert Builder(pool, cpu.__name__, k, cpu.options()).features(kids) == [features(c) for c in kids]
-
-
 def _prior(o, **changed) -> prior.Prior:
   """A prior of o's family at today's versions and features, on the synthetic timings of matmul 16^3's schedules; `changed`: what differs."""
   k = Kernel(matmul(16, 16, 16), o)
-  rows = tuple((_synthetic_s(f), *f) for f in map(features, [k, *children(k, actions_for(o))]))
-  return dataclasses.replace(prior.Prior(prior.family(o), NAMES, CODEGEN_VERSION, ACTION_SPACE_VERSION, rows), **changed)
+  rows = tuple((_synthetic_s(features(c)), *schedule_features(c)) for c in [k, *children(k, actions_for(o))])
+  return dataclasses.replace(prior.Prior(prior.family(o), SCHEDULE_NAMES, CODEGEN_VERSION, ACTION_SPACE_VERSION, rows), **changed)
 
 
 def test_a_prior_ranks_only_where_its_family_features_codegen_and_action_space_are_todays(tmp_path, monkeypatch, caplog):
@@ -178,7 +168,7 @@ def test_a_prior_ranks_only_where_its_family_features_codegen_and_action_space_a
   assert prior.model(o, p.data()[:3]) is not prior.model(o)  # with a warm start's data: fitted for the search
   refused = {"codegen_version": (CODEGEN_VERSION - 1, f"CODEGEN_VERSION {CODEGEN_VERSION - 1}, this is {CODEGEN_VERSION}"),
              "action_space_version": (ACTION_SPACE_VERSION + 1, f"ACTION_SPACE_VERSION {ACTION_SPACE_VERSION + 1}"),
-             "names": (NAMES[:-1], "other names"), "family": ("cpu-w1", "the cpu-w1 family"), "rows": (p.rows[:MIN_TRAIN - 1], "rows")}
+             "names": (SCHEDULE_NAMES[:-1], "other names"), "family": ("cpu-w1", "the cpu-w1 family"), "rows": (p.rows[:MIN_TRAIN - 1], "rows")}
   for field, (value, why) in refused.items():
     caplog.clear()
     with caplog.at_level(logging.WARNING, "tunesvc.search"):
@@ -198,7 +188,7 @@ def test_training_data_leaves_out_what_was_timed_on_a_busy_machine_and_what_fail
   r = dataclasses.replace(search_result(ast, *cpu_fingerprint()), candidates=cands, baseline_opts=[], baseline_s=2e-3)
   assert [t for _, t in measured([Tuned(ast, r)], o)] == [1.0, 0.5, 2.5, 0.05]  # relative to the hand-coded (here: unoptimised) one
   assert [t for _, t in measured([Tuned(ast, r)], o, max_other_load=0.5)] == [1.0, 0.5, 2.5]
-  assert prior.build([(o, [Tuned(ast, r)])], {}, 0.5).rows[1][1:] == tuple(float(f"{x:.5g}") for x in features(Kernel(ast, o).apply_opts(
+  assert prior.build([(o, [Tuned(ast, r)])], {}, 0.5).rows[1][1:] == tuple(float(f"{x:.5g}") for x in schedule_features(Kernel(ast, o).apply_opts(
     [Opt.from_json(d) for d in kids[0]])))
 
 
@@ -219,7 +209,7 @@ def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_it
     assert prior.family(o) in capsys.readouterr().out
     got = wc.cost_model(prior.family(o), CODEGEN_VERSION, ACTION_SPACE_VERSION)
     timed = [m for m in user.kernel(first.key)["results"][0]["measurements"] if m["min_s"] and m["status"] in ("ok", "slow")]
-    assert got["names"] == list(NAMES) and got["kernels"] == [first.key] and len(got["rows"]) == len(timed) >= MIN_TRAIN
+    assert got["names"] == list(SCHEDULE_NAMES) and got["kernels"] == [first.key] and len(got["rows"]) == len(timed) >= MIN_TRAIN
     assert got["meta"]["source"] == "trained" and wc.cost_model(prior.family(o), CODEGEN_VERSION - 1) is None
     job, = user.submit([second], "CPU", {"beam": 2, "budget_candidates": 30, "min_time_s": 0.005, "final_rounds": 3, "strategy": "model",
                                          "measure_top": 3})
