@@ -338,7 +338,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
     confirm(api, wid, job)
   schema = schemathesis.openapi.from_asgi("/openapi.json", app)
   ops = [r.ok() for r in schema.get_all_operations()]
-  assert len(ops) == 21
+  assert len(ops) == 22
   for op in ops:
     @given(case=op.as_strategy())
     @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)

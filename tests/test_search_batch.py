@@ -55,7 +55,9 @@ def test_a_budgets_last_candidates_are_batched_by_their_share_a_worker_not_by_th
   assert max(int(b.name.split("_")[1]) for b in everything) >= 2 and len(everything) > 4  # no budget: larger batches
 
 
-def test_the_same_kernels_make_the_same_batches_which_the_compile_cache_then_holds():
+def test_the_same_kernels_make_the_same_batches_which_the_compile_cache_then_holds(tmp_path, monkeypatch):
+  # a cache of its own: a search an earlier test in this process ended may still have a compile running into the process's
+  monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))
   k = conv2d(1, 4, 8, 8, 4, 3, 3, padding=1)
   kids = list(children(Kernel(k, cpu.options()), actions_for(cpu.options())))
   cache = cache_dir("compile")
