@@ -98,12 +98,10 @@ def shipped(o: LinearizerOptions) -> Optional[Prior]:
 def _refused(why: str) -> None: log.warning(why)  # once a process: a worker would say it every search
 
 
-def usable(prior: Optional[Prior], o: LinearizerOptions) -> bool:
+def usable(prior: Prior, o: LinearizerOptions) -> bool:
   """Whether the prior may rank a search on a device of options o; where it may not, logged once (why)."""
-  if prior is None: return False
-  if (why := prior.refusal(o)) is not None: _refused(f"the {prior.meta.get('source', 'shipped')} cost-model prior is not used: {why}")
-  elif len(prior.rows) < MIN_TRAIN: _refused(f"the {prior.meta.get('source', 'shipped')} cost-model prior is not used: {len(prior.rows)} rows")
-  else: return True
+  if (why := prior.refusal(o) or (f"{len(prior.rows)} rows, under {MIN_TRAIN}" if len(prior.rows) < MIN_TRAIN else None)) is None: return True
+  _refused(f"the {prior.meta.get('source', 'shipped')} cost-model prior of {prior.family} is not used: {why}")
   return False
 
 
@@ -112,9 +110,8 @@ def _fitted(prior: Prior) -> CostModel: return CostModel().fit(*zip(*prior.data(
 
 
 def model(o: LinearizerOptions, alike: Sequence[tuple[list[float], float]] = (), given: Optional[Prior] = None) -> Optional[CostModel]:
-  """The cost model fitted on a prior of o's family -- `given` (a service's, trained from its store), else the shipped one
-  -- (once a process: ~0.3 s) and on `alike` (what the searches of kernels alike measured, search/similar.py: fitted again
-  for each search); None where that prior is missing or refused."""
-  prior = given or shipped(o)
-  if prior is None or not usable(prior, o): return None
+  """The cost model fitted on a prior of o's family -- `given` (a service's, trained from its store), else (or where it is
+  refused) the shipped one -- (once a process: ~0.3 s) and on `alike` (what the searches of kernels alike measured,
+  search/similar.py: fitted again for each search); None where neither is there and usable."""
+  if (prior := next((p for p in (given, shipped(o)) if p is not None and usable(p, o)), None)) is None: return None
   return CostModel().fit(*zip(*[*prior.data(), *alike])) if alike else _fitted(prior)

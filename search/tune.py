@@ -53,10 +53,10 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   searches measured trains the cost model that orders the children from round 1 on (with the beam strategy it orders
   them, the model strategy's measure_top cut stays, its model fitted on the prior shipped for the device's family too:
   search/prior.py). `prior`: the model strategy's prior in place of the shipped one (a service's, trained from its
-  store; refused, with a log line, where it is of another family, codegen or action space). `workshop`: where the
-  compile pool and the runner come from and go back to (default: the process's, search/workshop.py). `runs`: how often
-  the kernel runs per inference of its model: with its hand-coded time, what the search is worth (the share of the
-  budget it gets after the seeds: StrategySettings.effort)."""
+  store; refused, with a log line, where it is of another family, codegen or action space: the shipped one then).
+  `workshop`: where the compile pool and the runner come from and go back to (default: the process's,
+  search/workshop.py). `runs`: how often the kernel runs per inference of its model: with its hand-coded time, what the
+  search is worth (the share of the budget it gets after the seeds: StrategySettings.effort)."""
   start = time.monotonic()
   dev = importlib.import_module(module) if module else registry.get(device)
   s, vv = settings, ast.var_vals(settings.var_vals)

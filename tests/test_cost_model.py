@@ -172,11 +172,13 @@ def test_a_prior_ranks_only_where_its_family_features_codegen_and_action_space_a
   for field, (value, why) in refused.items():
     caplog.clear()
     with caplog.at_level(logging.WARNING, "tunesvc.search"):
-      assert prior.model(o, given=_prior(o, **{field: value})) is None, field
-      assert prior.model(o, given=_prior(o, **{field: value})) is None  # said once a process
+      assert not prior.usable(_prior(o, **{field: value}), o) and not prior.usable(_prior(o, **{field: value}), o), field  # said once a process
+      assert prior.model(o, given=_prior(o, **{field: value})) is prior.model(o)  # the shipped one ranks instead
     assert [r.getMessage() for r in caplog.records if why in r.getMessage()] and len(caplog.records) == 1, (field, caplog.text)
   given = _prior(o, meta={"source": "trained"})
   assert prior.model(o, given=given) is prior.model(o, given=given) is not prior.model(o)  # a service's prior in place of the shipped one
+  prior.write(_prior(o, codegen_version=CODEGEN_VERSION - 1))
+  assert prior.model(o) is None and prior.model(o, given=_prior(o, names=SCHEDULE_NAMES[:-1])) is None  # neither usable
 
 
 def test_training_data_leaves_out_what_was_timed_on_a_busy_machine_and_what_failed():
