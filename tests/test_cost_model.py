@@ -194,6 +194,25 @@ def test_training_data_leaves_out_what_was_timed_on_a_busy_machine_and_what_fail
     [Opt.from_json(d) for d in kids[0]])))
 
 
+def test_a_worker_fetches_its_familys_cost_model_once_a_while_and_keeps_it_while_the_service_is_away():
+  o = cpu.options()
+  served = [_prior(o).to_json()]
+  class Service:  # the client's side a worker uses here
+    asked: list = []
+    def register(self, *_) -> int: return 1
+    def cost_model(self, *key):
+      self.asked.append(key)
+      if not served: raise ConnectionError("the service is away")
+      return served[0]
+  w = Worker(Service(), "CPU")
+  got = w.prior()
+  assert got is not None and got.rows == _prior(o).rows and w.prior() is got  # asked once within PRIOR_REFRESH_S
+  assert Service.asked == [(prior.family(o), CODEGEN_VERSION, ACTION_SPACE_VERSION)]
+  served.clear()
+  w._prior = (w._prior[0] - PRIOR_REFRESH_S, got)  # the refresh is due
+  assert w.prior() is got and len(Service.asked) == 2  # away: what it fetched before
+
+
 @pytest.mark.slow
 def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_its_searches_from_round_one(server, tmp_path, monkeypatch, capsys):
   """Issue 13 item 2b: a real search served and stored; `tunesvc cost-model train` turns its measurements into the prior of
