@@ -367,12 +367,14 @@ class Kernel:
 
   def _check_reduce_blocks(self) -> None:
     """A reduce blocked into an outer loop continues each position's accumulator from the output: legal where the output
-    holds the accumulator exactly (the STORE stores the reduce itself, in its accumulation dtype) and a first block that
-    reads 0 there starts the sum as the unblocked reduce does (a SUM)."""
+    holds the accumulator exactly (the STORE's dtype is the reduce's, its accumulation dtype), a first block that reads 0
+    there starts the sum as the unblocked reduce does (a SUM); the last block stores the STORE's value over the whole sum
+    (lower: an epilogue, a bias or BatchNorm, applied in the last block only; no kernel loads its output)."""
     red = self.reduceop
     check(red is not None and red.arg.fn == "SUM", "BLOCK of a reduce axis needs a SUM (its first block starts from 0)")
     assert red is not None
-    check(self.ast.ast.src[0] == red, "BLOCK of a reduce axis needs a STORE of the reduce itself: its partial sums go through the output")
+    out = self.ast.ast
+    check(out.src[0].dtype == red.dtype, f"BLOCK of a reduce axis: the {out.src[0].dtype.name} output cannot hold the {red.dtype.name} partial sums")
     check(red.dtype.acc == red.dtype, f"BLOCK of a reduce axis: a {red.dtype.name} output cannot hold its {red.dtype.acc.name} accumulator")
 
   def varies(self, leaf: int) -> set[int]:

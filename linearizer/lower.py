@@ -307,6 +307,15 @@ class _Lowering:
     if self.k.tensor_core: return self.store(self.tensor_core_reduce(self.red))  # accumulated in the SUM's dtype
     accs = self.reduce(self.red)
     if self.reduce_vector: accs = self.across_lanes(self.red, accs)
+    if not self.gfr and self.k.blocked_reduce and self.k.ast.ast.src[0] is not self.red:
+      # a blocked reduce under an epilogue (a bias, BatchNorm): the output holds the raw partial sums until the last block
+      # (every blocked reduce index at its end), which stores the epilogue of the whole sum
+      accs, k = self.narrowed(self.red, accs), self.k
+      blocks = [i for i in range(k.thread_dims, k.thread_dims + k.block_dims) if k.is_reduce_axis(i)]
+      at, end = sum(self.loop_vars[i] for i in blocks), sum(smax(self.full[i]) - 1 for i in blocks)
+      with self.scope(cond=lt(at, end)): self.store(accs, self.red)
+      with self.scope(cond=ge(at, end)): self.store(accs)
+      return None
     if not self.gfr: return self.store(self.narrowed(self.red, accs))
     for j, a in enumerate(accs.values()):
       self.emit(UOp(UOps.STORE, None, (a,), (SHARED, self.slot(self.loop_vars, j, len(accs)), 1), self.W), dedup=False)
@@ -417,20 +426,21 @@ class _Lowering:
       out[tuple(l.values())] = self.emit(UOp(UOps.GEP, red.dtype.acc, (accs[tuple(l[i] for i in tiles)],), j))
     return out
 
-  def store(self, reduced: dict[Lane, int]) -> None:
-    """The output at each output lane, the reduce's value there taken from `reduced`."""
+  def store(self, reduced: dict[Lane, int], value: Optional[LazyOp] = None) -> None:
+    """The output at each output lane, `value` there (default: the STORE's), the reduce's value taken from `reduced`."""
     memo = Memo()
     out = self.k.ast.ast
+    value = out.src[0] if value is None else value
     lanes = list(self.lanes(self.out_up))
     for l in lanes:
       if self.red is not None: memo[(self.red, _items(l))] = reduced[tuple(l.values())]
     if 1 < len(lanes) <= INTERLEAVED:  # op by op across the lanes: their chains side by side for the core to overlap
       below = set(self.red.toposort()) if self.red is not None else set()  # the reduce's (its lanes' accumulators, above)
-      for node in out.src[0].toposort():
+      for node in value.toposort():
         if node not in below:
           for l in lanes: self.value(node, l, memo)
     for l in lanes:
-      v = self.value(out.src[0], l, memo)
+      v = self.value(value, l, memo)
       idx, valid = self.index(self.st_of[out.arg], l)
       if valid == 0: continue
       if self._contiguous(idx):

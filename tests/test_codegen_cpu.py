@@ -135,6 +135,12 @@ BLOCKED = [  # odd sizes: matmul 45x35x99 (and K padded to 112), conv2d over 3 r
   (matmul(45, 48, 99), [Opt("PADTO", 2, 16), Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 3), Opt("UNROLL", 0, 2), Opt("BLOCK", 2, 8),
                         Opt("BLOCK", 1, 5)]),
   (conv2d(1, 6, 9, 9, 8, 3, 3, padding=1), [Opt("UPCAST", 0, 8), Opt("BLOCK", 3, 3), Opt("BLOCK", 3, 3)]),
+  # under an epilogue (a bias, then ReLU; a conv's BatchNorm-like scale and shift): partial sums until the last block
+  (kernel(alu("MAX", alu("ADD", matmul(45, 48, 99).reduceop, ld("bias", st((48,)).reshape((1, 48, 1)).expand((45, 48, 1)))),
+              const(0.0, (45, 48, 1)))), [Opt("UPCAST", 1, 16), Opt("UNROLL", 0, 3), Opt("BLOCK", 2, 11)]),
+  (kernel(alu("ADD", alu("MUL", conv2d(1, 6, 9, 9, 8, 3, 3, padding=1).reduceop, const(0.5, (1, 8, 9, 9, 1, 1, 1))),
+              const(1.0, (1, 8, 9, 9, 1, 1, 1)))),
+   [Opt("UPCAST", 0, 8), Opt("THREAD", 1, 3), Opt("BLOCK", 4, 3), Opt("BLOCK", 4, 3)]),
 ]
 
 @pytest.mark.parametrize("k,opts", BLOCKED, ids=[str(i) for i in range(len(BLOCKED))])

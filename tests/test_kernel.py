@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from linearizer import reference
 from linearizer.ast import KernelValidationError
-from linearizer.builders import alu, conv2d, kernel, ld, matmul, red, reduce, symbolic_sum
+from linearizer.builders import alu, cast, conv2d, kernel, ld, matmul, red, reduce, symbolic_sum
 from linearizer.compare import compare
 from linearizer.dtypes import DTYPES
 from linearizer.kernel import Kernel, Opt, OptError, OptOp
@@ -198,7 +198,7 @@ BLOCK_ILLEGAL = [
   (matmul(12, 8, 16), [Opt("BLOCK", 2, 4), Opt("THREAD", 0, 2)], "splits a global axis"),
   (matmul(12, 8, 16), [Opt("BLOCK", 2, 4), Opt("PADTO", 0, 8)], "block axis"),
   (reduce("MAX", (6, 16), (1,)), [Opt("BLOCK", 1, 4)], "needs a SUM"),
-  (kernel(alu("ADD", red("SUM", ld(1, (6, 16)), [1]), ld(2, (6, 1)))), [Opt("BLOCK", 1, 4)], "STORE of the reduce itself"),
+  (kernel(cast(red("SUM", ld(1, (6, 16)), [1]), DTYPES["float16"])), [Opt("BLOCK", 1, 4)], "float16 output cannot hold the float32 partial"),
   (matmul(4, 4, 16, dtype=DTYPES["float16"]), [Opt("BLOCK", 2, 4)], "cannot hold its float32 accumulator"),
 ]
 
