@@ -12,7 +12,7 @@ given the whole budget, worth_s 0, the search before it weighed kernels by their
   CLANG=1 .venv/bin/python bench/tinygrad_models.py --models mlp,gpt2,resnet --layers 1 --budget-s 5 [--torch]
 """
 from __future__ import annotations
-import argparse, json, os, re, statistics, subprocess, sys, tempfile, time
+import argparse, json, math, os, re, statistics, subprocess, sys, tempfile, time
 os.environ["CLANG"] = "1"  # tinygrad's CPU device, before tinygrad picks its default
 os.environ.setdefault("CACHEDB", os.path.join(tempfile.mkdtemp(prefix="tg-beam-"), "cache.db"))  # BEAM=2 searches afresh
 import numpy as np
@@ -123,10 +123,13 @@ def model_steps(name: str, layers: int, size: int, vocab: int, rng):
 
 
 def randomize(m, rng) -> None:
-  """Random weights (never the init's zeros and ones), BatchNorm statistics included; realized on the CPU."""
+  """Random weights (never the init's zeros and ones), BatchNorm statistics included; realized on the CPU. A weight's scale
+  is 1/sqrt(its fan-in, every axis but the first: a conv's input channels x window), so activations stay near 1 through
+  the layers and the output is no saturated softmax whose comparison says nothing (a conv scaled by its window's width
+  alone blew ResNet-50's up to a one-hot output at 224x224)."""
   for k, t in get_state_dict(m).items():
     if k.endswith("num_batches_tracked"): continue
-    scale = 1.0 if "running_var" in k else 1 / np.sqrt(max(t.shape[-1] if len(t.shape) > 1 else 1, 1)) if len(t.shape) > 1 else 0.1
+    scale = 1.0 if "running_var" in k else 1 / np.sqrt(math.prod(t.shape[1:])) if len(t.shape) > 1 else 0.1
     val = np.abs(rng.standard_normal(t.shape)) + 0.5 if "running_var" in k else rng.standard_normal(t.shape) * scale
     t.assign(Tensor(val.astype(np.float32))).realize()
 
