@@ -1,7 +1,7 @@
 """The hand-coded schedule: what runs when nothing is tuned. It must beat the unoptimised kernel
 broadly and never be wrong (every opt goes through the Kernel's legality checks)."""
 from __future__ import annotations
-import math
+import functools, math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
 from linearizer.kernel import MAX_UPCAST, PACK_BYTES, Kernel, Opt, OptError, OptOp
@@ -180,12 +180,13 @@ def _streamed_row(k: Kernel, widths: tuple[int, ...]) -> int | None:
     # a window at stride 2 where windows overlap (3 wide) or an operand is contiguous: two 2-wide windows' even and odd
     # lanes gcc vectorises by itself (maxpool 2x2, busy Zen 4: 0.068 -> 0.087 ms with the shuffles)
     return window and all(s in (1, 2) for s in strides) and (1 in strides or overlapping())
+  @functools.cache
   def overlapping() -> bool:  # a load reads a window axis longer than 2 contiguously (the index's own step: views composed)
     vs, idxs = _indexing(k)
     return any(v is not None and smax(k.full_shape[j]) > 2 and step(idx, v) == 1 for idx, _ in idxs for j, v in enumerate(vs) if j >= k.first_reduce)
-  axis, width = next(((i, w) for w in sorted(widths, reverse=True) for i in range(k.thread_dims, k.first_reduce)
-                      if isinstance(n := k.full_shape[i], int) and n % w == 0 and out.strides[i] == 1 and out.mask is None
-                      and streamed(i)), (None, 0))
+  rows = [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and out.strides[i] == 1 and out.mask is None
+          and streamed(i)]
+  axis, width = next(((i, w) for w in sorted(widths, reverse=True) for i in rows if k.full_shape[i] % w == 0), (None, 0))
   if axis is None or not _try(k, Opt(OptOp.UPCAST, axis, width)): return None
   # (leaving two steps of the axis at least: a loop threads can split)
   next((n for n in (16, 8, 4, 2) if smax(k.full_shape[axis]) >= 2 * n and _try(k, Opt(OptOp.UPCAST, axis, n))), None)
@@ -252,7 +253,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   # (3x3 convs of 512 channels at 7x7, 18 KB a channel: 18.6 -> 2.9 ms, 1 thread, busy Zen 4); not where some vector
   # is (masked conv rows: sops_2460 0.39x), nor where the channels are no multiple of the full width (47 of 130 corpus
   # kernels slower)
-  elif not gpu and widths and vec is None and k.reduceop is not None and _packed_vector(k, widest, narrow=True):
+  elif not gpu and widths and vec is None and _packed_vector(k, widest, narrow=True):
     return _threads(k, work, transcendentals, start)
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   elif k.reduceop is not None and not gpu and widths and not vector_reduce and (row := _streamed_row(k, widths)) is not None: upcasted.add(row)

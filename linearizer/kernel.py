@@ -115,9 +115,11 @@ class Kernel:
   @property
   def global_dims(self) -> int: return self.first_reduce - self.local_dims - self.block_dims - self.thread_dims
   @property
-  def blocked_reduce(self) -> bool:
-    """Is a reduce axis blocked (an outer reduce loop outside the global ones, accumulating through the output)?"""
-    return any(self.is_reduce_axis(i) for i in range(self.thread_dims, self.thread_dims + self.block_dims))
+  def reduce_blocks(self) -> list[int]:
+    """The blocked reduce axes: outer reduce loops outside the global ones, accumulating through the output."""
+    return [i for i in range(self.thread_dims, self.thread_dims + self.block_dims) if self.is_reduce_axis(i)]
+  @property
+  def blocked_reduce(self) -> bool: return bool(self.reduce_blocks)
   @property
   def upcast_shape(self) -> tuple[int, ...]: return tuple(smax(s) for s in self.full_shape[self.shape_len - self.upcasted:])  # ints: see _apply
   def is_reduce_axis(self, i: int) -> bool: return self.output_shape[i] != self.full_shape[i]

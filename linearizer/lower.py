@@ -310,9 +310,7 @@ class _Lowering:
     if not self.gfr and self.k.blocked_reduce and self.k.ast.ast.src[0] is not self.red:
       # a blocked reduce under an epilogue (a bias, BatchNorm): the output holds the raw partial sums until the last block
       # (every blocked reduce index at its end), which stores the epilogue of the whole sum
-      accs, k = self.narrowed(self.red, accs), self.k
-      blocks = [i for i in range(k.thread_dims, k.thread_dims + k.block_dims) if k.is_reduce_axis(i)]
-      at, end = sum(self.loop_vars[i] for i in blocks), sum(smax(self.full[i]) - 1 for i in blocks)
+      accs, at, end = self.narrowed(self.red, accs), self.reduce_block_at(), sum(smax(self.full[i]) - 1 for i in self.k.reduce_blocks)
       with self.scope(cond=lt(at, end)): self.store(accs, self.red)
       with self.scope(cond=ge(at, end)): self.store(accs)
       return None
@@ -345,12 +343,15 @@ class _Lowering:
         fold.add(tuple(l[i] for i in self.out_up), v)
       return fold.done()
 
+  def reduce_block_at(self) -> sint:
+    """The blocked reduce loops' indices summed: 0 only in the first block, their sizes less one summed only in the last."""
+    return sum(self.loop_vars[i] for i in self.k.reduce_blocks)
+
   def resumed(self, red: LazyOp, accs: dict[Lane, int]) -> dict[Lane, int]:
     """A blocked reduce's accumulators continued from what the previous block stored (Kernel._check_reduce_blocks): the
     output read where the STORE writes it, as 0 in the first block (every blocked reduce index 0), added to the 0 they
     start from (exact)."""
-    out, k = self.k.ast.ast, self.k
-    later = ge(sum(self.loop_vars[i] for i in range(k.thread_dims, k.thread_dims + k.block_dims) if k.is_reduce_axis(i)), 1)
+    out, later = self.k.ast.ast, ge(self.reduce_block_at(), 1)
     new = {}
     for l, (ol, a) in zip(self.lanes(self.out_up), accs.items()):
       idx, valid = self.index(self.st_of[out.arg], l)
