@@ -143,3 +143,67 @@ def test_ctrl_c_stops_the_demo_with_one_line_and_no_traceback(tmp_path):
   assert [line for line in err.splitlines() if "stopped" in line] == ["demo stopped (Ctrl-C) before every example was tuned"], err
   time.sleep(1)
   assert [p for p in started if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"] == []  # every one ended
+
+
+def free_port() -> int:
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    return sock.getsockname()[1]
+
+def start_cli(tmp_path, *args: str) -> subprocess.Popen:
+  """`tunesvc ARGS` on SQLite in tmp_path, as a shell starts it: a process group of its own (a terminal's foreground
+  group), Ctrl-C not ignored."""
+  env = {**os.environ, "TUNESVC_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db", "TUNESVC_CACHE_DIR": str(tmp_path / "cache")}
+  env.pop("TUNESVC_TOKENS", None)
+  return subprocess.Popen([sys.executable, "-m", "tunesvc.cli", *args], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+def wait_for(what: str, ready, limit_s: float = 180) -> None:
+  deadline = time.monotonic() + limit_s
+  while time.monotonic() < deadline:
+    try:
+      if ready(): return
+    except httpx.HTTPError: pass
+    time.sleep(0.5)
+  pytest.fail(f"never: {what}")
+
+@pytest.mark.slow
+def test_the_demo_ends_saying_why_when_its_worker_dies(tmp_path):
+  # its jobs would wait for a worker forever: the demo says the worker is gone, with its exit status and last lines, and exits non-zero
+  port = free_port()
+  demo = start_cli(tmp_path, "demo", "--port", str(port), "--budget-s", "30")
+  try:
+    wait_for("the demo's worker registers", lambda: httpx.get(f"http://127.0.0.1:{port}/v1/workers").json()["workers"])
+    worker, = [p for p in descendants(demo.pid) if b"worker" in open(f"/proc/{p}/cmdline", "rb").read()]
+    os.kill(worker, signal.SIGKILL)
+    out, err = demo.communicate(timeout=60)
+  finally:
+    if demo.poll() is None: os.killpg(demo.pid, signal.SIGKILL)
+  assert demo.returncode == 2 and "Traceback" not in err, err
+  assert f"ERROR the demo's CPU worker {worker} exited (killed by SIGKILL); its last lines:\n" in err, err
+  assert f"worker 1 on CPU (fingerprint {cpu_fingerprint()[1]}) serving" in err.split("its last lines:")[1], err  # its log's last line
+
+@pytest.mark.slow
+def test_ctrl_c_stops_serve_workers_first_while_its_api_processes_answer(tmp_path):
+  # Ctrl-C reaches the terminal's foreground group, which must not hold serve's API processes: a worker stopping gives its
+  # job back through the API, so the API processes stop after the workers, when serve stops them
+  port = free_port()
+  serve = start_cli(tmp_path, "serve", "--port", str(port), "--api-processes", "2")
+  url = f"http://127.0.0.1:{port}"
+  try:
+    wait_for("serve's CPU worker registers", lambda: any(w["device"] == "CPU" for w in httpx.get(f"{url}/v1/workers").json()["workers"]))
+    with Client(url) as c: job, = c.submit([example("matmul_512")], "CPU", {"budget_s": 60})
+    wait_for("the job runs", lambda: httpx.get(f"{url}/v1/jobs/{job['job_id']}").json()["state"] == "running")
+    started = descendants(serve.pid)
+    os.killpg(serve.pid, signal.SIGINT)
+    out, err = serve.communicate(timeout=120)
+  finally:
+    if serve.poll() is None: os.killpg(serve.pid, signal.SIGKILL)
+  assert serve.returncode == 0 and "Traceback" not in err and "WARNING" not in err, err
+  time.sleep(1)
+  assert [p for p in started if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"] == []  # every one ended
+  from tunesvc.config import Settings
+  from tunesvc.serve import Service
+  svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/cli.db"), port=0, workers=0).start()
+  try: assert httpx.get(f"{svc.url}/v1/jobs/{job['job_id']}").json()["state"] == "queued"  # given back, not left to its lease
+  finally: svc.stop()

@@ -12,7 +12,9 @@ from linearizer.symbolic import render
 from linearizer import reference
 from tunesvc.runtime import compile_kernel
 from tunesvc.states import ENDED, PENDING, JobState
-if TYPE_CHECKING: from tunesvc.client import Client  # imported where used: httpx costs a command that needs no server
+if TYPE_CHECKING:  # imported where used: httpx costs a command that needs no server
+  from tunesvc.client import Client
+  from tunesvc.serve import Service
 
 
 def read_documents(path: str) -> Iterator[tuple[str, str]]:
@@ -401,24 +403,30 @@ def demo_progress(jobs: list[dict], now: float) -> str:
     line += f": {len(waiting)} waiting for a quiet device (too busy to time on; tried again in {min(waiting) - now:.0f} s)"
   return line
 
-def demo(url: str, token: Optional[str], budget_s: float) -> int:
-  """Submit the example kernels, wait for their jobs, print a table; 0 if every one was tuned."""
+def demo(svc: Service, token: Optional[str], budget_s: float) -> int:
+  """Submit the example kernels to the service's worker, wait for their jobs, print a table; 0 if every one was tuned.
+  A worker that dies ends the demo with why (its jobs would wait for it forever)."""
   from rich.console import Console
   from rich.progress import Progress
   from rich.table import Table
   from linearizer.builders import examples
   from tunesvc.client import Client
-  kernels = examples()
+  def worker_alive() -> None:
+    if why := svc.exited(0): _fail(f"ERROR the demo's CPU {why}")
+  kernels, url = examples(), svc.url
   with Client(url, token) as c, Progress(console=Console(stderr=True), transient=True) as bar:
     task = bar.add_task("starting the CPU worker", total=None)
     deadline = time.monotonic() + 60  # its spawn and imports: submitted before it registers, the jobs would be said to wait for none
-    while not c.http.get("/v1/workers").json().get("workers") and time.monotonic() < deadline: time.sleep(0.2)
+    while not c.http.get("/v1/workers").json().get("workers") and time.monotonic() < deadline:
+      worker_alive()
+      time.sleep(0.2)
     jobs = c.submit(list(kernels.values()), "CPU", {"budget_s": budget_s})
     bar.update(task, description=demo_progress(jobs, time.time()), total=len(jobs))
     while True:
       states = [c.job(j["job_id"]) for j in jobs]
       bar.update(task, description=demo_progress(states, time.time()), completed=sum(j["state"] in ENDED for j in states))
       if all(j["state"] in ENDED for j in states): break
+      worker_alive()
       time.sleep(1)
   table = Table("kernel", "state", "baseline", "best", "speedup", "rate", "opts", title="tunesvc demo: the example kernels on CPU")
   for (name, k), j in zip(kernels.items(), states):
@@ -438,7 +446,7 @@ def cmd_demo(args) -> int:
   svc = Service(settings, "127.0.0.1", args.port, 1, devices=["CPU"]).start()
   token = next((t for t, role in settings.tokens.items() if role in ("submit", "admin")), None)
   try:
-    rc = demo(svc.url, token, args.budget_s)
+    rc = demo(svc, token, args.budget_s)
     if not args.exit:
       print("serving until Ctrl-C", flush=True)
       svc.wait_for_signal()

@@ -5,9 +5,10 @@ accept on the one listening socket (the kernel spreads connections among them; o
 workers are child processes. On SIGINT or SIGTERM the workers stop first -- each gives its job back to the queue, which
 needs the API still up -- and then the API."""
 from __future__ import annotations
-import contextlib, dataclasses, functools, multiprocessing, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, threading, time
+import collections, contextlib, dataclasses, functools, multiprocessing, os, secrets, shutil, signal, socket, subprocess, sys
+import tempfile, threading, time
 from multiprocessing.process import BaseProcess
-from typing import Optional
+from typing import IO, Optional
 import httpx
 import uvicorn
 from devices import registry
@@ -22,6 +23,7 @@ def _server(settings: Settings, log_level: str, access_log: bool) -> uvicorn.Ser
   return uvicorn.Server(uvicorn.Config(create_app(settings), http=http, log_level=log_level, access_log=access_log))  # type: ignore[arg-type]
 
 def _api_process(sock: socket.socket, *server_args) -> None:
+  os.setpgrp()  # a terminal's Ctrl-C reaches the service alone, which stops its workers (who need the API) before the API
   die_with_parent()
   _server(*server_args).run(sockets=[sock])
 
@@ -51,6 +53,8 @@ class Service:
     self.devices = registry.available() if devices is None else devices
     self.n_workers = workers
     self.procs: list[subprocess.Popen] = []
+    self.tails: list[collections.deque[str]] = []  # each worker's last lines of stderr (which still reaches ours)
+    self.tees: list[threading.Thread] = []
 
   def _start_api(self) -> BaseProcess:
     p = multiprocessing.get_context("spawn").Process(target=_api_process, args=(self.sock, *self.api_args), daemon=True)
@@ -80,8 +84,19 @@ class Service:
     for device in self.devices:
       for _ in range(self.n_workers):
         cmd = [sys.executable, "-m", "tunesvc.cli", "worker", "--server", self.url, "--device", device, "--exit-with-parent"]
-        self.procs.append(subprocess.Popen(cmd, env=env, process_group=0))
+        p = subprocess.Popen(cmd, env=env, process_group=0, stderr=subprocess.PIPE)
+        self.procs.append(p)
+        self.tails.append(tail := collections.deque[str](maxlen=5))
+        self.tees.append(tee := threading.Thread(target=_tee, args=(p.stderr, tail), daemon=True))
+        tee.start()
     return self
+
+  def exited(self, i: int) -> Optional[str]:
+    """Why worker i is no longer running (its exit status and last lines of stderr), or None while it runs."""
+    if (code := self.procs[i].poll()) is None: return None
+    self.tees[i].join(2)  # its last lines read to the pipe's end (a process it left may hold it open: not for long)
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    return f"worker {self.procs[i].pid} exited ({how}); its last lines:" + "".join(f"\n  {line}" for line in self.tails[i])
 
   def stop(self) -> None:
     for p in self.procs: p.send_signal(signal.SIGTERM)
@@ -98,11 +113,21 @@ class Service:
     if self.metrics_dir: shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
   def wait_for_signal(self) -> None:
-    stop = threading.Event()
+    stop, told = threading.Event(), set[int]()
     for sig in (signal.SIGINT, signal.SIGTERM): signal.signal(sig, lambda *_: stop.set())
     while not stop.wait(1):
-      if any(p.poll() is not None for p in self.procs): print(f"WARNING: a worker exited: {[p.returncode for p in self.procs]}", file=sys.stderr)
+      for i in set(range(len(self.procs))) - told:
+        if why := self.exited(i):
+          print(f"WARNING: {why}", file=sys.stderr)
+          told.add(i)
       for i, p in enumerate(self.apis):
         if not p.is_alive():
           print(f"WARNING: API process {p.pid} exited ({p.exitcode}); starting another", file=sys.stderr)
           self.apis[i] = self._start_api()
+
+
+def _tee(src: IO[bytes], tail: collections.deque[str]) -> None:
+  """Copy a worker's stderr to our fd 2 as it comes (where it went before), keeping its last lines in `tail`."""
+  for line in src:
+    with contextlib.suppress(OSError): os.write(2, line)  # reading on whatever happens to ours: a full pipe would stall the worker
+    tail.append(line.decode(errors="replace").rstrip("\n"))
