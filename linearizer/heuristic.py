@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools, math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
+from linearizer.shapetracker import ShapeTracker
 from linearizer.kernel import MAX_UPCAST, PACK_BYTES, Kernel, Opt, OptError, OptOp
 from linearizer.vectors import consecutive, step, vector_widths
 from linearizer.symbolic import Node, Var, sint, smax
@@ -82,11 +83,18 @@ def _indexing(k: Kernel) -> tuple[list[Var | None], list[tuple[sint, sint]]]:
   return vs, [st.expr_idxs([0 if st.shape[i] == 1 or x is None else x for i, x in enumerate(vs)])
               for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)]
 
-def _clean_vector(k: Kernel, axis: int) -> bool:
-  """Does a LOAD read output axis `axis` as consecutive elements valid together: a vector load, not lanes gathered or
-  masked (a padded conv's rows are masked at the image's edges, a strided conv's rows strided)?"""
+def _reduce_loads(k: Kernel) -> set:
+  """The MemArgs the reduce reads (its operands), not those of the epilogue after it."""
+  return {n.arg for n in k.reduceop.toposort() if n.op == "LOAD"} if k.reduceop is not None else set()
+
+def _clean_vector(k: Kernel, axis: int, operands: bool = False) -> bool:
+  """Does a LOAD (with `operands`, one of the reduce's) read output axis `axis` as consecutive elements valid together:
+  a vector load, not lanes gathered or masked (a padded conv's rows are masked at the image's edges, a strided conv's
+  rows strided)?"""
   vs, loads = _indexing(k)
-  return (v := vs[axis]) is not None and any(consecutive(idx, valid, v) for idx, valid in loads)
+  inside = _reduce_loads(k)
+  mems = [a for a in k.leaves[1:] if isinstance(a, MemArg)]
+  return (v := vs[axis]) is not None and any(consecutive(idx, valid, v) for (idx, valid), a in zip(loads, mems) if not operands or a in inside)
 
 def _shared_window(k: Kernel, pixel: int, column: int) -> bool:
   """Do neighbouring pixels read each other's inputs at neighbouring window columns (a LOAD's index steps alike along
@@ -100,18 +108,23 @@ def _tile_part(k: Kernel, axes: list[int], n: int, budget: int) -> int | None:
   cap = budget // 2 if n + 1 < len(axes) else budget
   return max((d for d in range(2, cap + 1) if smax(k.full_shape[axes[n]]) % d == 0), default=None)
 
-def _packed_vector(k: Kernel, width: int, narrow: bool = False) -> bool:
+def _accumulators(k: Kernel, width: int) -> int:
+  """The output's vectors of `width` lanes a tile of k keeps in registers (its output upcasts' elements over `width`)."""
+  return math.prod(s for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted) if not k.is_reduce_axis(i)) // width
+
+def _packed_vector(k: Kernel, width: int, narrow: bool = False, beat: int = 0) -> bool:
   """CPUs, a reduce whose output's contiguous axis is no clean vector (a padded or strided conv's rows, 14 or 28 wide):
   the vector along another output axis instead, one where an operand is broadcast (a conv's input along the output
   channels) and the operands that vary along it are packed, that axis innermost (the weights): blocks of one vector
   along it, a tile of pixels on the other axes that reuse each packed vector, each lane stored once after the reduce
   (lower._vector_axis). Measured on ResNet-50's 3x3 convs, 1 thread, Zen 4, busy machine: 3x3 256 14x14 8.9 -> 48,
   3x3 64 56x56 28 -> 76, 3x3 128 stride 2 16 -> 59 GFLOP/s; applied to a copy, kept only whole. `narrow`: one vector of
-  half the width, along an axis the full width divides (where that one's packed weights are over the budget)."""
+  half the width, along an axis the full width divides (where that one's packed weights are over the budget). `beat`: the
+  accumulators its tile must exceed."""
   # the reduce's operands only: a load after it (a residual added to the conv, BatchNorm's per-channel vectors) is read
   # once an output, and one varying along the pixels kept them out of the tile (1x1 conv 512->2048 7x7 plus a residual:
   # one pixel a step, 0.24x tinygrad BEAM=2's kernel)
-  inside = {n.arg for n in k.reduceop.toposort() if n.op == "LOAD"} if k.reduceop is not None else set()
+  inside = _reduce_loads(k)
   loads = [(j, st.views[-1].strides) for j, (a, st) in enumerate(zip(k.leaves, k.sts)) if j > 0 and isinstance(a, MemArg) and a in inside]
   for axis in range(k.thread_dims + k.block_dims, k.first_reduce):
     size = k.full_shape[axis]
@@ -123,7 +136,7 @@ def _packed_vector(k: Kernel, width: int, narrow: bool = False) -> bool:
     # KB, 1.04 -> 1.32 ms and 1x1 2048->512 7x7, 256 KB, 0.74 -> 0.99: kept one)
     for w, vecs in [(width // 2, 1)] if narrow else [(width, n) for n in ((CHANNEL_VECTORS, 1) if size % (CHANNEL_VECTORS * width) == 0 else (1,))]:
       t = _channel_tile(k, axis, w, vecs, packed)
-      if t is not None and (vecs == 1 or t.pack_bytes() < PACK_BYTES // 2):
+      if t is not None and (vecs == 1 or t.pack_bytes() < PACK_BYTES // 2) and _accumulators(t, w) > beat:
         k.apply_opts(t.applied_opts[len(k.applied_opts):])
         return True
   return False
@@ -224,6 +237,30 @@ def _packs(k: Kernel) -> None:
   for j in sorted((j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg)), key=reuse, reverse=True):
     if reuse(j) > 1: _try(k, Opt(OptOp.PACK, j))
 
+def _broadcast_axes(k: Kernel, loads: list[ShapeTracker], upcasted: set[int]) -> list[int]:
+  """The output axes not yet upcast along which a leaf (of `loads`) does not move."""
+  return [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and i not in upcasted
+          and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in loads)]
+
+def _tile(k: Kernel, vec: int | None, loads: list[ShapeTracker], upcasted: set[int], tile: int) -> None:
+  """Upcast broadcast axes by 8, then 4, up to `tile` elements: the loads that are vectors (not broadcast along the vector
+  axis `vec`: a conv's input rows, gathered where strided) reused along an axis first, then any load (a broadcast along
+  the vector axis is one scalar load already), then the inner axis."""
+  def reuse(i: int) -> tuple[int, int, int]:
+    zero = [st.views[-1].strides[i] == 0 for st in loads]
+    return sum(z and vec is not None and st.views[-1].strides[vec] != 0 for z, st in zip(zero, loads)), sum(zero), i
+  while k.reduceop is not None and _upcast_budget(k) < tile and (cands := _broadcast_axes(k, loads, upcasted)):
+    axis = max(cands, key=reuse)
+    upcasted.add(axis)  # a tile over two axes reuses both operands; one axis twice reuses only one
+    next((amt for amt in (8, 4) if _upcast_budget(k) * amt <= tile and _try(k, Opt(OptOp.UPCAST, axis, amt))), None)
+
+def _vector_tile(k: Kernel, vec: int, width: int, loads: list[ShapeTracker], tile: int) -> int:
+  """The accumulators a tile over output vector axis `vec` would keep (step 1 on a copy of k)."""
+  t = k.copy()
+  if not _try(t, Opt(OptOp.UPCAST, vec, width)): return 0
+  _tile(t, vec, loads, {vec}, tile)
+  return _accumulators(t, width)
+
 def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   """Apply the hand-coded opts to `k` and return them."""
   start = len(k.applied_opts)
@@ -237,17 +274,21 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   #    A constant counts too (every axis is broadcast for it: the output's vector then gathers the reduce's rows, which
   #    still vectorises its ops), unless the reduce itself can be the vector (step 2: softmax's exp-sum reads its rows
   #    contiguously), which needs no gathers.
-  def broadcast_axes() -> list[int]:
-    return [i for i in range(k.thread_dims, k.first_reduce) if isinstance(k.full_shape[i], int) and i not in upcasted
-            and any(st.views[-1].strides[i] == 0 and st.shape[i] != 1 for st in loads)]
   upcasted: set[int] = set()
   widths = vector_widths(k.ast, k.options)
   widest = max(widths or k.options.float_vector_widths, default=4)
   vector_reduce = k.reduceop is not None and not gpu and bool(widths) and _contiguous_reduce(k, k.shape_len - k.upcasted - 1, widest)
   loads = [st for a, st in zip(k.leaves[1:], k.sts[1:]) if not (vector_reduce and isinstance(a, ConstArg))]
-  vec = next((i for i in broadcast_axes() if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
+  vec = next((i for i in _broadcast_axes(k, loads, upcasted) if k.sts[0].views[-1].strides[i] == 1 and k.full_shape[i] % widest == 0), None)
+  tile = 32 if gpu else 128  # a work-item's registers are few; a CPU core's accumulators spill to L1 cheaply
   if k.reduceop is None: vec = None  # element-wise: a load saved per lane does not pay for the code (step 3 vectorises)
-  elif not gpu and widths and (vec is None or not _clean_vector(k, vec)) and _packed_vector(k, widest):
+  # the packed vector where the reduce's operands read the output's vector axis as no clean vector (a conv's padded rows,
+  # an NT matmul's columns: gathered); but where the epilogue's loads read it cleanly (a bias, a residual), only with a
+  # tile of more accumulators than that axis's own (GPT-2's MLP down projection, 128x3072 @ 3072x768 plus a bias and the
+  # residual: 12 vs 8, 34.3 -> 7.4 ms; a matrix-vector product has no tile but the one vector, and a transposed output
+  # with 4x2 pixels ran 0.35x: sops_589, 1 thread, busy Zen 4)
+  elif not gpu and widths and (vec is None or not _clean_vector(k, vec, operands=True)) and \
+      _packed_vector(k, widest, beat=_vector_tile(k, vec, widest, loads, tile) if vec is not None and _clean_vector(k, vec) else 0):
     return _threads(k, work, transcendentals, start)
   # where no output axis is a vector at all, half-width vectors when a whole vector's packed weights are over the budget
   # (3x3 convs of 512 channels at 7x7, 18 KB a channel: 18.6 -> 2.9 ms, 1 thread, busy Zen 4); not where some vector
@@ -257,16 +298,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     return _threads(k, work, transcendentals, start)
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   elif k.reduceop is not None and not gpu and widths and not vector_reduce and (row := _streamed_row(k, widths)) is not None: upcasted.add(row)
-  tile = 32 if gpu else 128  # a work-item's registers are few; a CPU core's accumulators spill to L1 cheaply
-  def reuse(i: int) -> tuple[int, int, int]:
-    # the loads that are vectors (not broadcast along the vector axis: a conv's input rows, gathered where strided) reused
-    # along the axis first, then any load (a broadcast along the vector axis is one scalar load already), then the inner axis
-    zero = [st.views[-1].strides[i] == 0 for st in loads]
-    return sum(z and vec is not None and st.views[-1].strides[vec] != 0 for z, st in zip(zero, loads)), sum(zero), i
-  while k.reduceop is not None and _upcast_budget(k) < tile and (cands := broadcast_axes()):
-    axis = max(cands, key=reuse)
-    upcasted.add(axis)  # a tile over two axes reuses both operands; one axis twice reuses only one
-    next((amt for amt in (8, 4) if _upcast_budget(k) * amt <= tile and _try(k, Opt(OptOp.UPCAST, axis, amt))), None)
+  _tile(k, vec, loads, upcasted, tile)
   # 2. reduces: unroll a short reduce whole, else by 4 (a tree of independent partial sums); where no output axis is
   #    upcast, by the widest vector first: on a CPU the unrolled axis becomes the vector where a load reads it
   #    contiguously (lower: vector accumulators, their lanes summed after the loop). Where the innermost reduce axis
