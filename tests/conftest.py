@@ -25,6 +25,21 @@ def pytest_collection_modifyitems(items):
   items[:] = [t for w in range(n) for t in slow[w::n] + quick[w * len(quick) // n:(w + 1) * len(quick) // n]]
 
 
+# The timing tier runs right after the parallel one, and the machine takes a while to settle (its tests failed there at a
+# load average of 2.2): it starts once the rest of the machine keeps under QUIET_CORES busy for a second, waiting at most
+# SETTLE_S, and says what it saw (a busy machine's timings may still fail: they are the measurement, not the threshold)
+QUIET_CORES, SETTLE_S = 0.2, 60.0
+
+def pytest_collection_finish(session):
+  if os.environ.get("PYTEST_XDIST_WORKER") or not any(item.get_closest_marker("timing") for item in session.items): return
+  from search.load import wait_quiet
+  waited, cores = wait_quiet(QUIET_CORES, SETTLE_S)
+  settled = "settled" if cores < QUIET_CORES else f"NOT settled (under {QUIET_CORES:g} wanted)"
+  session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+    f"timing tests: the rest of the machine kept {cores:.2f} cores busy in the last second, {settled}, after {waited:.0f} s; "
+    f"load average {os.getloadavg()[0]:.2f}")
+
+
 @pytest.fixture(scope="session")
 def corpus_lines() -> list[str]:
   with gzip.open(CORPUS, "rt", encoding="utf-8") as f: return [line for line in f if line.strip()]
