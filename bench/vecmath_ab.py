@@ -7,6 +7,7 @@ a transcendental), interleaved (bench/cpu_kernels.measure) and each output check
   .venv/bin/python bench/vecmath_ab.py                                  # examples' elementwise_chain, softmax_exp_sum
   .venv/bin/python bench/vecmath_ab.py --kernels softmax_exp_sum --min-time 3
   .venv/bin/python bench/vecmath_ab.py --kernels sops_3624,sops_972 --before 4f9a5f6   # shared-corpus kernels by name
+  .venv/bin/python bench/vecmath_ab.py --kernels dump/gpt2/24_tunesvc_hand_coded_2dd9503b41.json --before main --threads 1
 
 Prints a markdown table: median ms per contender, after's speed-up over before, and the CPU time the rest of the
 machine used meanwhile (search.load.OtherLoad) with /proc/loadavg before and after.
@@ -69,7 +70,9 @@ def before_source(rev: str, doc: Path, tmp: Path, options: LinearizerOptions) ->
   return json.loads(r.stdout)
 
 def kernel_doc(name: str, tmp: Path) -> Path:
-  """examples/kernels/NAME.json, else the shared corpus's kernel of that name written to a file."""
+  """A kernel document's path (bench/tinygrad_models.py --dump's), examples/kernels/NAME.json, else the shared corpus's
+  kernel of that name written to a file."""
+  if name.endswith(".json") and Path(name).is_file(): return Path(name)
   if (doc := ROOT / "examples" / "kernels" / f"{name}.json").is_file(): return doc
   text = next((t for _, t in read_documents(str(CORPUS)) if json.loads(t)["name"] == name), None)
   if text is None: raise SystemExit(f"{name}: neither an example nor a kernel of {CORPUS}")
@@ -78,7 +81,8 @@ def kernel_doc(name: str, tmp: Path) -> Path:
 
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  ap.add_argument("--kernels", default="elementwise_chain,softmax_exp_sum", help="examples/kernels/NAME.json or corpus kernel names, comma-separated")
+  ap.add_argument("--kernels", default="elementwise_chain,softmax_exp_sum", help="examples/kernels/NAME.json or corpus kernel names, or "
+                  "kernel documents' paths, comma-separated")
   ap.add_argument("--before", default=BEFORE, help=f"git revision whose linearizer renders the 'before' column (default {BEFORE})")
   ap.add_argument("--min-time", type=float, default=2.0)
   ap.add_argument("--turn", type=float, default=0.2)
@@ -113,7 +117,7 @@ def main() -> int:
         fns[who] = lambda p=p, out=out: p.time(*out)
       avg0, load = Path("/proc/loadavg").read_text().split()[:3], OtherLoad()
       ts = measure(fns, args.min_time, 5, 1000, args.turn)
-      rows.append({"kernel": name, "opts_before": old["opts"], "opts_after": [o.to_json() for o in opts], "checks": checks,
+      rows.append({"kernel": doc.stem, "opts_before": old["opts"], "opts_after": [o.to_json() for o in opts], "checks": checks,
                    "ms": {w: med(t) * 1e3 for w, t in ts.items()}, "other_load": load.cores(),
                    "loadavg": [avg0, Path("/proc/loadavg").read_text().split()[:3]]})
   cols = ["before", "after"] + (["sleef"] if any("sleef" in r["ms"] for r in rows) else [])

@@ -5,6 +5,7 @@ import functools, math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
 from linearizer.shapetracker import ShapeTracker
+from linearizer.lower import ACC_CHAINS
 from linearizer.kernel import MAX_UPCAST, PACK_BYTES, Kernel, Opt, OptError, OptOp
 from linearizer.vectors import consecutive, step, vector_widths
 from linearizer.symbolic import Node, Var, sint, smax
@@ -164,6 +165,13 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   for n, i in enumerate(row):
     if (amt := _tile_part(t, pixels if vecs == 1 else row, n, budget)) is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
   if window: _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, 0))
+  # a tile of fewer accumulators than hide an FMA's latency where pixels are left to loop over, reusing the packed vector
+  # (none of their sizes divides: GPT-2's LM head, 50257 columns, one accumulator): the reduce unrolled, its products
+  # summed as a tree into each (128x768 @ 50257x768^T, 1 thread, busy Zen 4: 481 -> 349 ms by 8); not where every pixel
+  # is in the tile or there is none (matrix-vector products, 4 rows: memory-bound, 0.8-0.9x)
+  elif (acc := _accumulators(t, width)) < ACC_CHAINS and any(smax(t.full_shape[i]) > 1 for i in pixels) and \
+      t.is_reduce_axis(last := t.shape_len - t.upcasted - 1):
+    next((a for a in (8, 4, 2) if acc * a <= ACC_CHAINS and _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, a))), None)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed) else None
 
 def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:

@@ -252,6 +252,20 @@ def test_an_nt_matmul_under_a_bias_and_residual_packs_its_rows_where_that_tile_b
   assert (opts[0].op, opts[0].axis, opts[0].amt) == ("UPCAST", 0, w), opts
   check(mv, opts=opts)
 
+def test_a_packed_vector_with_a_tile_of_one_unrolls_its_reduce_where_pixels_are_left_to_loop_over():
+  # 17 columns (no divisor for a tile: GPT-2's LM head has 50257): one accumulator, an FMA's latency a step, so the
+  # reduce is unrolled by 8 into a tree (481 -> 349 ms on the LM head, Zen 4); a matrix-vector product (no pixel to
+  # reuse the packed vector over, memory-bound) is not
+  k = matmul(32, 17, 64, transpose_b=True)
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  applied = [(o.op, o.axis, o.amt) for o in opts]
+  assert applied[:2] == [("BLOCK", 0, widest(k)), ("UPCAST", 1, 0)] and ("UNROLL", 0, 8) in applied, opts
+  check(k, opts=opts)
+  mv = kernel(red("SUM", alu("MUL", ld("x", broadcast((64,), (96, 64))), ld("w", (96, 64))), (1,)))
+  opts = hand_coded_optimizations(Kernel(mv, cpu.options()))
+  assert ("UPCAST", 1, 0) in [(o.op, o.axis, o.amt) for o in opts] and not any(o.op == "UNROLL" for o in opts), opts
+  check(mv, opts=opts)
+
 def test_a_conv_whose_packed_weights_are_over_the_budget_takes_half_width_vectors_of_its_channels():
   # a 3x3 conv at 7x7 (no row vector) with so many input channels that a whole vector's packed weights are over
   # PACK_BYTES but half of it fits (ResNet-50's 512 at 16 lanes: 18.6 -> 2.9 ms on Zen 4)
