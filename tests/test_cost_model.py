@@ -223,7 +223,7 @@ def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_it
   with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
     user.submit([first], "CPU", {"beam": 2, "budget_candidates": 40, "min_time_s": 0.005, "final_rounds": 3})
     w = Worker(wc, "CPU")
-    assert w.run(max_jobs=2) == 2  # the search and its confirmation (a measurement, not a search: not trained on)
+    assert w.run(until_idle=True) in (1, 2)  # the search and its confirmation where it needs one (a measurement, not a search: not trained on)
     assert wc.cost_model(prior.family(o)) is None  # none trained yet
     # every candidate, busy or not (the filter: the test above): this machine may be busy
     assert main(["cost-model", "train", "--db", f"sqlite:///{tmp_path}/client.db", "--max-other-load", "1000"]) == 0

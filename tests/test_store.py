@@ -375,6 +375,19 @@ def test_a_result_is_served_once_a_second_measurement_confirms_it(store, cpu_wor
   with store.read() as s: assert (s.get(Result, res.id).status, s.get(Result, res.id).confirmed_by) == ("confirmed", reads.job(store, c.id)[1].id)
 
 
+def test_a_search_won_by_the_hand_coded_schedule_is_served_without_a_confirm_job(store, cpu_worker):
+  """Its opts make a client run what a miss runs, so no claim about them can make the kernel slower or wrong: served at
+  once (half of a model's kernels keep their hand-coded schedule; each confirmation was a second search's worth of time)."""
+  k, h = example("matmul_512"), cpu_worker.fingerprint_hash
+  (job, _), = queue.submit(store, [k], "CPU", {})
+  queue.claim(store, cpu_worker.id, 60)
+  r = search_result(k, cpu_fingerprint()[0], h)
+  r.best_opts, r.best_s, r.speedup = r.baseline_opts, r.baseline_s, 1.0
+  res, _ = queue.report(store, cpu_worker.id, job.id, r)
+  assert (res.status, res.note) == ("confirmed", "the hand-coded schedule, as a miss runs it: nothing to confirm")
+  assert queue.claim(store, cpu_worker.id, 60) is None  # no confirm job
+  assert reads.lookup(store, [k.key], h)[k.key].best_opts == r.baseline_opts  # search_result() made them the hand-coded ones
+
 def measured(k, baseline_s: float, best_s: float, **kw):
   """A confirm job's measurement: the opts and the hand-coded baseline, timed interleaved in one run."""
   r = search_result(k, *cpu_fingerprint(), best_s=best_s, **kw)

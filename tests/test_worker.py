@@ -36,7 +36,7 @@ def test_a_worker_searches_a_job_and_the_runtime_gets_its_opts(server, tmp_path)
   with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
     job, = user.submit([k], "CPU", SEARCH)
     w = Worker(wc, "CPU")
-    assert w.run(max_jobs=2) == 2  # the search, then its confirmation: the same worker measures its opts again
+    assert w.run(until_idle=True) in (1, 2)  # the search, then (unless it kept the hand-coded schedule) the same worker confirms it
     j = user.job(job["job_id"])
     assert j["state"] == "done" and j["result"]["verified"] and j["result"]["status"] == "confirmed", j
     assert wc.opts_for(k, w.fingerprint_hash, j["result"]["action_space_version"]) == j["result"]["opts"]
@@ -57,11 +57,11 @@ def test_a_served_search_is_seeded_by_the_winner_of_the_kernel_alike_tuned_befor
   with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
     job, = user.submit([first], "CPU", SEARCH)
     w = Worker(wc, "CPU")
-    assert w.run(max_jobs=2) == 2  # the search and its confirmation: served
+    assert w.run(until_idle=True) in (1, 2)  # the search and, unless it kept the hand-coded schedule, its confirmation: served
     won = user.job(job["job_id"])["result"]
     assert won["status"] == "confirmed", won
     user.submit(rest, "CPU", SEARCH)
-    assert w.run(max_jobs=4) == 4
+    assert w.run(until_idle=True) in (2, 3, 4)
     for k in rest:
       r, = [r for r in user.kernel(k.key)["results"] if r["status"] != "measurement"]  # the search's, not its confirmation's
       seed = r["seeds"][0]

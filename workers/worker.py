@@ -71,8 +71,9 @@ class Worker:
     self._prior = (time.monotonic(), prior)
     return prior
 
-  def run(self, max_jobs: Optional[int] = None) -> int:
-    """Claim and search jobs until stopped (or max_jobs are done); returns how many were finished."""
+  def run(self, max_jobs: Optional[int] = None, until_idle: bool = False) -> int:
+    """Claim and search jobs until stopped (or max_jobs are done; or, `until_idle`, until a claim finds no job it may take
+    now: a batch run); returns how many were finished."""
     done = 0
     while not self.stopping.is_set() and (max_jobs is None or done < max_jobs):
       try: job = self.client.claim(self.id, self.lease_s, ACTION_SPACE_VERSION)
@@ -80,6 +81,7 @@ class Worker:
         log.warning("claim failed: %s", e)
         job = None
       if job is None:
+        if until_idle: break
         self.stopping.wait(self.poll_s)
         continue
       done += self.work(job)

@@ -10,6 +10,9 @@ A verified result is then only `unconfirmed`: a confirm job measures its opts ag
 are no second opinion, so a fleet gives each machine its own worker token; the embedded default with one worker
 re-measures on that worker, and trusts whoever holds its worker token), timed
 interleaved with the hand-coded baseline, and it is served once that measurement is verified and agrees with the claim.
+A verified result whose opts ARE the hand-coded schedule (for the registered options, recomputed here) is served at once:
+it makes a client run exactly what a miss runs, so no claim of it can make a kernel slower or wrong, and measuring the
+baseline against itself again would only cost time (about half a whole model's tuning keeps its hand-coded schedules).
 Agreeing is relative to the baseline of each run: a confirmer on a busier (or quieter) machine measures both slower (or
 faster) alike, so its time is compared with the claim's scaled by the two baselines' ratio, within `confirm_tolerance`;
 and that ratio itself must lie within `confirm_baseline_factor` either way, or the claim's times are not this
@@ -19,7 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from linearizer.ast import KernelAST
-from linearizer.kernel import Kernel, OptError
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel, Opt, OptError
 from linearizer.options import LinearizerOptions
 from search.result import SearchResult, Status
 
@@ -58,6 +62,10 @@ def options_of(d: dict) -> LinearizerOptions:
 def _legal(k: KernelAST, options: LinearizerOptions, opts: list[dict], where: str) -> None:
   try: Kernel(k, options).apply_opts(opts)
   except OptError as e: raise Unproven(f"{where}: {e}") from None
+
+def is_hand_coded(k: KernelAST, options: LinearizerOptions, opts: list[dict]) -> bool:
+  """Whether `opts` (legal: check() said so) are the schedule a client computes on a miss."""
+  return [Opt.from_json(o).to_json() for o in opts] == [o.to_json() for o in hand_coded_optimizations(Kernel(k, options))]
 
 def check(k: KernelAST, options: LinearizerOptions, r: SearchResult, proof: Proof) -> None:
   """Unproven naming the first thing the report gets wrong about this kernel on this fingerprint."""

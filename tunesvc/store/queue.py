@@ -274,8 +274,9 @@ def fail(st: Store, worker_id: int, job_id: int, reason: str, retry: bool = True
   return job
 
 
-def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Proof) -> None:
-  """Invalid unless the report fits its job, its worker and the stored kernel (read outside the write: the check costs CPU)."""
+def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Proof) -> bool:
+  """Invalid unless the report fits its job, its worker and the stored kernel (read outside the write: the check costs CPU);
+  whether it is a verified search whose winner is the hand-coded schedule (served without a confirm job: proof.py)."""
   with st.read() as s:
     (w, fp), job = _worker(s, worker_id), _get(s, Job, job_id)
     kernel = s.get_one(Kernel, job.kernel_key)
@@ -286,8 +287,10 @@ def _proven(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.P
   if job.kind == JobKind.CONFIRM and r.best_opts != job.settings["opts"]: raise Invalid(f"confirm job {job_id} measures other opts than these")
   if job.kind == JobKind.TUNE and (asked := job.settings.get("action_space_version")) is not None and r.action_space_version != asked:
     raise Invalid(f"the result is of action-space version {r.action_space_version}, job {job_id} asked for {asked}")
-  try: proof.check(load(kernel.document), proof.options_of(fp.options), r, pf)
+  k, options = load(kernel.document), proof.options_of(fp.options)
+  try: proof.check(k, options, r, pf)
   except proof.Unproven as e: raise Invalid(f"job {job_id}: {e}") from None
+  return job.kind == JobKind.TUNE and r.verified and proof.is_hand_coded(k, options, r.best_opts)
 
 
 def _may_report(s: Session, job: Job, worker_id: int) -> Optional[Result]:
@@ -309,15 +312,17 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Pr
   with st.read() as s:
     _worker(s, worker_id, key)
     if (prev := _may_report(s, _get(s, Job, job_id), worker_id)) is not None: return prev, True
-  _proven(st, worker_id, job_id, r, pf)
+  hand_coded = _proven(st, worker_id, job_id, r, pf)
   with st.write() as s:
     (w, fp), job = _worker(s, worker_id), _get(s, Job, job_id, lock=True)
     if (prev := _may_report(s, job, w.id)) is not None: return prev, True
     if job.device not in (fp.backend, fp.hash): raise Invalid(f"job {job_id} is for device {job.device}, worker {w.id} is {fp.backend} {fp.hash}")
-    status = ResultStatus.MEASUREMENT if job.kind == JobKind.CONFIRM else ResultStatus.UNCONFIRMED if r.verified else ResultStatus.UNVERIFIED
+    status = ResultStatus.MEASUREMENT if job.kind == JobKind.CONFIRM else ResultStatus.CONFIRMED if hand_coded else \
+             ResultStatus.UNCONFIRMED if r.verified else ResultStatus.UNVERIFIED
     s.add(res := Result(job_id=job.id, worker_id=w.id, kernel_key=job.kernel_key, fingerprint_hash=fp.hash,
                         action_space_version=r.action_space_version, best_opts=r.best_opts, best_s=r.best_s, baseline_s=r.baseline_s,
-                        speedup=r.speedup, verified=r.verified, search_s=r.search_s, result=r.to_json(), created=t, status=status, note=""))
+                        speedup=r.speedup, verified=r.verified, search_s=r.search_s, result=r.to_json(), created=t, status=status,
+                        note="the hand-coded schedule, as a miss runs it: nothing to confirm" if hand_coded else ""))
     s.flush()
     if r.candidates:
       s.execute(st.insert(Measurement), [dict(job_id=job.id, round=c.round, opts=c.opts, status=c.status, error=c.error,
@@ -326,6 +331,7 @@ def report(st: Store, worker_id: int, job_id: int, r: SearchResult, pf: proof.Pr
     job.state, job.result_id, job.finished, job.lease_owner, job.lease_expires, job.last_owner = JobState.DONE, res.id, t, None, None, None
     w.state, w.last_heartbeat = WorkerState.IDLE, t
     if job.kind == JobKind.CONFIRM: _settle(st, s, job, res, pf, t)
+    elif hand_coded: _promote(st, s, res)
     elif r.verified:  # only a schedule checked against the reference on this device may be handed out, once measured again
       settings = {**job.settings, "action_space_version": r.action_space_version, "opts": r.best_opts, "confirms": res.id}
       s.add(Job(kernel_key=job.kernel_key, device=fp.hash, settings=settings, settings_hash=settings_hash(settings), state=JobState.QUEUED,
