@@ -182,28 +182,3 @@ def test_the_demo_ends_saying_why_when_its_worker_dies(tmp_path):
   assert demo.returncode == 2 and "Traceback" not in err, err
   assert f"ERROR the demo's CPU worker {worker} exited (killed by SIGKILL); its last lines:\n" in err, err
   assert f"worker 1 on CPU (fingerprint {cpu_fingerprint()[1]}) serving" in err.split("its last lines:")[1], err  # its log's last line
-
-@pytest.mark.slow
-def test_ctrl_c_stops_serve_workers_first_while_its_api_processes_answer(tmp_path):
-  # Ctrl-C reaches the terminal's foreground group, which must not hold serve's API processes: a worker stopping gives its
-  # job back through the API, so the API processes stop after the workers, when serve stops them
-  port = free_port()
-  serve = start_cli(tmp_path, "serve", "--port", str(port), "--api-processes", "2")
-  url = f"http://127.0.0.1:{port}"
-  try:
-    wait_for("serve's CPU worker registers", lambda: any(w["device"] == "CPU" for w in httpx.get(f"{url}/v1/workers").json()["workers"]))
-    with Client(url) as c: job, = c.submit([example("matmul_512")], "CPU", {"budget_s": 60})
-    wait_for("the job runs", lambda: httpx.get(f"{url}/v1/jobs/{job['job_id']}").json()["state"] == "running")
-    started = descendants(serve.pid)
-    os.killpg(serve.pid, signal.SIGINT)
-    out, err = serve.communicate(timeout=120)
-  finally:
-    if serve.poll() is None: os.killpg(serve.pid, signal.SIGKILL)
-  assert serve.returncode == 0 and "Traceback" not in err and "WARNING" not in err, err
-  time.sleep(1)
-  assert [p for p in started if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"] == []  # every one ended
-  from tunesvc.config import Settings
-  from tunesvc.serve import Service
-  svc = Service(Settings(database_url=f"sqlite:///{tmp_path}/cli.db"), port=0, workers=0).start()
-  try: assert httpx.get(f"{svc.url}/v1/jobs/{job['job_id']}").json()["state"] == "queued"  # given back, not left to its lease
-  finally: svc.stop()

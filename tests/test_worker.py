@@ -112,9 +112,13 @@ def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job
 
 
 @pytest.mark.slow
-def test_serve_runs_the_api_with_a_local_worker_and_stops_cleanly(tmp_path):
-  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", "0", "--db", f"sqlite:///{tmp_path}/s.db"],
-                       stdout=subprocess.PIPE, text=True, env={**os.environ, "TUNESVC_TOKENS": ""})
+def test_serve_runs_the_api_with_a_local_worker_and_a_ctrl_c_stops_the_workers_first(tmp_path):
+  # Ctrl-C reaches the terminal's foreground group, which must not hold serve's API processes: a worker stopping gives its
+  # job back through the API, so the API processes stop after the workers, when serve stops them
+  db = f"sqlite:///{tmp_path}/s.db"
+  p = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "serve", "--port", "0", "--db", db, "--api-processes", "2"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env={**os.environ, "TUNESVC_TOKENS": ""},
+                       start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell starts it
   try:
     url = p.stdout.readline().split()[2]
     with Client(url) as user:
@@ -122,9 +126,18 @@ def test_serve_runs_the_api_with_a_local_worker_and_stops_cleanly(tmp_path):
       j = wait_for(lambda: (j := user.job(job["job_id"]))["state"] == "failed" or j["result"] and j["result"]["status"] != "unconfirmed" and j,
                    timeout=120, every=0.5)
       assert j["state"] == "done" and j["result"]["status"] == "confirmed", j  # the one local worker confirmed its own search
+      job, = user.submit([matmul(256, 256, 256)], "CPU", {"budget_s": 60})
+      wait_for(lambda: user.job(job["job_id"])["state"] == "running", timeout=60, every=0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
   finally:
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == 0
+    if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
+  assert p.returncode == 0 and "Traceback" not in err and "WARNING" not in err, err
+  from tunesvc.config import Settings
+  from tunesvc.serve import Service
+  svc = Service(Settings(database_url=db), port=0, workers=0).start()
+  try: assert Client(svc.url).job(job["job_id"])["state"] == "queued"  # given back, not left to its lease
+  finally: svc.stop()
 
 
 def api_process(db: str, port: int) -> subprocess.Popen:
