@@ -27,7 +27,8 @@ HIPCC = shutil.which("hipcc")
 # platform (and runs nvcc) where it finds CUDA, as on these machines: AMD's is asked for.
 BUILDS = {"gfx90a": ["-c"], "gfx1100": ["-S", "-nogpulib"]}
 OPTIONS = cuda.ARCH_OPTIONS["sm_80"]  # within AMD's limits too: 1024 work-items a group, 48 of its 64 KiB of LDS
-BATCH = 25  # kernels per hipcc run: each source in a namespace of its own, its kernel named apart
+BATCH = 200  # kernels per hipcc run, each source in a namespace of its own, its kernel named apart: a run's fixed cost (hip_runtime.h,
+# the device libraries) is most of a small one's (188 sources in runs of 25, 95, 188: 16.7, 9.1, 7.6 CPU-s, busy)
 
 
 @functools.cache
