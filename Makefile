@@ -29,7 +29,8 @@ demo: $(STAMP)
 test test-quick test-exhaustive tinygrad-tests: export PYTHONDONTWRITEBYTECODE =
 
 # The suite, as CI runs it: every test but the timing-dependent and the exhaustive ones spread over the cores
-# (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on. What it compiles
+# (pytest-xdist), then the timing-dependent ones alone, so nothing else shares the cores they measure on, once the rest of the
+# machine has settled (tests/conftest.py: it waits up to a minute for a quiet second and prints what it saw). What it compiles
 # (C libraries, PoCL's and tinygrad's kernels: by content) is kept in build/test-cache for the next run (tests/conftest.py).
 test: $(STAMP) deps
 	$(PYTEST) $(XDIST) -m "not timing and not exhaustive" $(PYTEST_ARGS)

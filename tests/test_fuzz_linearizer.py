@@ -63,7 +63,8 @@ def test_a_bounded_fuzz_run_finds_no_failures(first, last):
 @pytest.mark.parametrize("first,last,status,says", [
   ("", "  data0[0] += 1;", "MISMATCH", "elements differ"),
   ("  *(volatile int*)0 = 0;", "", "RUN_ERROR", "killed by SIGSEGV running the program"),
-  ("  volatile int spin = 1; while (spin) {}", "", "RUN_ERROR", "used over 2 CPU-s running the program")],
+  pytest.param("  volatile int spin = 1; while (spin) {}", "", "RUN_ERROR", "used over 2 CPU-s running the program",
+               marks=pytest.mark.slow)],  # 3 spins of 2 CPU-s, 4 fuzzer processes: 11.5 CPU-s; among the quick tests it ended a worker last
   ids=["garbage", "segfault", "hang"])
 def test_planted_bugs_are_classified_saved_and_replayed(tmp_path, first, last, status, says):
   (tmp_path / "mm.json").write_text(json.dumps(B.matmul(8, 8, 8, name="mm8").to_json()))
