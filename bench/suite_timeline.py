@@ -5,7 +5,11 @@ late sets the wall time), the files and the tests that cost most. A child still 
 workshop's runner and compile pool, kept for the process's life) is not counted.
 
   rm -rf /tmp/tl && SUITE_TIMELINE_DIR=/tmp/tl PYTHONPATH=bench make test PYTEST_ARGS="-p suite_timeline"
-  .venv/bin/python bench/suite_timeline.py /tmp/tl [--top 40]
+  .venv/bin/python bench/suite_timeline.py /tmp/tl [--top 40] [--against /tmp/tl-warm]
+
+With --against, another run's folder (a warm run's, with build/test-cache full, against a cold one's): the CPU seconds
+by file and the tests whose CPU differs most, this run's less that one's -- what the cache keeps is most of a cold run's
+extra. CPU a test's worker reaps from a process an earlier test started (a pool closed late) is counted for the later test.
 """
 from __future__ import annotations
 import argparse, collections, json, os, time
@@ -28,11 +32,15 @@ def pytest_runtest_protocol(item, nextitem):
                          "children": c1.children_user + c1.children_system - c0.children_user - c0.children_system}) + "\n")
 
 
+def rows_of(folder: str) -> list[dict]:
+  return [json.loads(line) for f in sorted(Path(folder).glob("*.jsonl")) for line in f.read_text().splitlines()]
+
+cpu = lambda r: r["cpu"] + r["children"]
+
 def report(folder: str, top: int) -> None:
-  rows = [json.loads(line) for f in sorted(Path(folder).glob("*.jsonl")) for line in f.read_text().splitlines()]
+  rows = rows_of(folder)
   t0 = min(r["start"] for r in rows)
   end = lambda r: r["start"] + r["wall"] - t0
-  cpu = lambda r: r["cpu"] + r["children"]
   own, kids = sum(r["cpu"] for r in rows), sum(r["children"] for r in rows)
   print(f"{len(rows)} tests over {max(map(end, rows)):.1f} s: test wall {sum(r['wall'] for r in rows):.1f} s, "
         f"CPU {own + kids:.1f} s ({own:.1f} in the workers, {kids:.1f} in their children)")
@@ -50,9 +58,22 @@ def report(folder: str, top: int) -> None:
     print(f"{r['wall']:7.1f} {cpu(r):7.1f} {r['start'] - t0:6.0f}  {r['worker']} {r['test']}")
 
 
+def against(folder: str, other: str, top: int) -> None:
+  a, b = ({r["test"]: cpu(r) for r in rows_of(f)} for f in (folder, other))
+  files: collections.Counter = collections.Counter()
+  for t in a.keys() | b.keys(): files[t.split("::")[0]] += a.get(t, 0.0) - b.get(t, 0.0)
+  print(f"\nCPU s, this run less {other}'s: {sum(a.values()):.1f} - {sum(b.values()):.1f}; by file: " +
+        ", ".join(f"{Path(f).name} {s:+.0f}" for f, s in files.most_common() if abs(s) >= 0.5))
+  print(f"{'this':>7} {'other':>7} {'diff':>7}  test")
+  for t in sorted(a.keys() | b.keys(), key=lambda t: -abs(a.get(t, 0.0) - b.get(t, 0.0)))[:top]:
+    print(f"{a.get(t, 0.0):7.1f} {b.get(t, 0.0):7.1f} {a.get(t, 0.0) - b.get(t, 0.0):+7.1f}  {t}")
+
+
 if __name__ == "__main__":
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("folder", help="the $SUITE_TIMELINE_DIR of a run")
   p.add_argument("--top", type=int, default=40, help="tests listed, costliest first")
+  p.add_argument("--against", metavar="FOLDER", help="another run's folder: the CPU by file and test, this run's less that one's")
   a = p.parse_args()
   report(a.folder, a.top)
+  if a.against: against(a.folder, a.against, a.top)

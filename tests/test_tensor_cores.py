@@ -146,13 +146,19 @@ def test_the_other_operand_order_matches_too():
   run(mm(32, 16, 32), [Opt("TC", 1, 0)])
 
 
+# a bounded random run's coverage is its size: 28 kernels, the first 14 in `make test` and the other 14 in the exhaustive
+# tier, which CI runs too (~0.75 CPU-s of PoCL each, cold); the seed fixes the draw: each part has TC's other operand order
+# first at least twice and 10 random actions after TC, the first part UPCAST, UNROLL and LOCAL among them
 @needs_opencl
 @pytest.mark.slow
-def test_a_fuzz_with_tensor_cores_drawn_finds_no_failures():
+@pytest.mark.parametrize("first,last,after_ops", [(0, 14, {"UPCAST", "UNROLL", "LOCAL"}),
+                                                   pytest.param(14, 28, {"UPCAST", "LOCAL"}, marks=pytest.mark.exhaustive)],
+                         ids=["first-14", "other-14"])
+def test_a_fuzz_with_tensor_cores_drawn_finds_no_failures(first, last, after_ops):
   """Random TC kernels with TC and then random legal actions of the search's space, as a beam search would apply them;
   and, drawn by the fuzzer (which draws TC too, illegal but where first), kernels TC may or may not fit."""
   rng, cases, actions = random.Random(5), [], actions_for(emulated())
-  for i in range(28):
+  for i in range(last):  # the cases before `first` drawn, not run
     k = mm(16 * rng.randint(1, 3), 8 * rng.randint(1, 4), rng.choice((16, 32, 64)), rng.choice((float16, bfloat16)), batch=rng.choice(((), (2,)))) \
       if i % 4 else rng.choice((matmul(16, 8, 16, dtype=float16), matmul(12, 8, 8), mm(24, 24, 32), mm(16, 8, 32)))
     kern = Kernel(k, emulated())
@@ -162,10 +168,11 @@ def test_a_fuzz_with_tensor_cores_drawn_finds_no_failures():
         if legal := list(children(kern, actions)): kern = rng.choice(legal)
       opts = kern.applied_opts
     else: opts = draw_opts(kern, rng)
+    if i < first: continue
     cases.append(opts)
     run(k, opts, seed=i)
   after = [o.op for c in cases if c and c[0].op == "TC" for o in c[1:]]
-  assert sum(c[:1] == [Opt("TC", 1, 0)] for c in cases) >= 2 and {"UPCAST", "UNROLL", "LOCAL"} <= set(after) and len(after) >= 20, (cases, after)
+  assert sum(c[:1] == [Opt("TC", 1, 0)] for c in cases) >= 2 and after_ops <= set(after) and len(after) >= 10, (cases, after)
 
 
 @needs_opencl
