@@ -19,6 +19,7 @@ from tunesvc.client import Client
 from workers import confirm as confirming
 from search.workshop import Workshop
 from workers.worker import Worker
+from test_cli_service import descendants
 
 SEARCH = {"beam": 2, "budget_candidates": 8, "min_time_s": 0.005, "final_rounds": 3}
 
@@ -88,6 +89,26 @@ def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
     assert user.job(job["job_id"])["state"] == "running"  # mid-search
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == 0, p.stderr.read()
+    j = user.job(job["job_id"])
+    assert j["state"] == "queued" and j["attempts"] == 0, j
+
+
+@pytest.mark.xfail(strict=True, reason="the search's runner (search/runner.py) is in the worker's process group, so a terminal's Ctrl-C "
+                   "reaches it too and it dies with a KeyboardInterrupt traceback: os.setpgrp() in its _main, as the compile pool's workers do")
+def test_ctrl_c_stops_a_standalone_worker_with_one_line_and_gives_the_job_back(server):
+  # a terminal's Ctrl-C goes to its foreground group: a worker started from a shell, and the processes its search runs
+  with Client(server, "sub") as user:
+    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", {**SEARCH, "budget_s": 300, "min_time_s": 0.5, "final_rounds": 100})
+    p = worker_process(server, 30)  # a session of its own: a shell's foreground job
+    try:
+      wait_for(lambda: user.job(job["job_id"])["state"] == "running" and len(descendants(p.pid)) >= 3, timeout=120, every=0.2)
+      time.sleep(3)  # its compile pool's two processes and its runner started, measuring
+      os.killpg(p.pid, signal.SIGINT)
+      err = p.communicate(timeout=60)[1]
+    finally:
+      if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.splitlines()[-1].endswith(" stopped (SIGINT)"), err
     j = user.job(job["job_id"])
     assert j["state"] == "queued" and j["attempts"] == 0, j
 

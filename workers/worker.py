@@ -158,8 +158,11 @@ class Worker:
 def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, max_jobs: Optional[int] = None) -> int:
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
-  stopping = threading.Event()
-  for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, lambda *_: stopping.set())
+  stopping, stopped_by = threading.Event(), []
+  def stop(sig: int, _) -> None:
+    stopped_by.append(signal.Signals(sig).name)
+    stopping.set()
+  for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, stop)
   with Client(server, token) as client:
     while True:  # the service may still be starting, or away for a while: register once it answers
       try:
@@ -172,4 +175,5 @@ def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, 
       if stopping.wait(2): return 0
     log.info("worker %s on %s (fingerprint %s) serving %s", w.id, device, w.fingerprint_hash, server)
     w.run(max_jobs)
+  if stopped_by: log.info("worker %s stopped (%s)", w.id, stopped_by[0])
   return 0
