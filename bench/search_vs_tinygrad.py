@@ -52,10 +52,11 @@ TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
 # tinygrad's BEAM knobs: its defaults but for the compile timeout (10 s), raised to tunesvc's compile_timeout_s, so
 # neither search drops a slow-to-compile candidate the other may keep; the per-kernel wall limit is --tinygrad-limit-s
 TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings().build.compile_timeout_s:.0f}"}
-# tunesvc's search as it was before the cost model cut its rounds: every child of the beam measured (batched builds,
-# the round's fastest checked, as since 9d71f13). Its winners are the quality bar of the faster one (issue 13: a geometric
-# mean at least as fast). Until 2026-11-26 `previous` was the search before that: one gcc a candidate, every one checked
-PREVIOUS = {"strategy": "beam"}
+# tunesvc's search as it was before actions that slowed an ancestor were pruned: every child of the beam measured
+# (batched builds, the round's fastest checked, as since 9d71f13). Its winners are the quality bar of the faster one
+# (issue 13: a geometric mean at least as fast). Until 2026-11-26 `previous` was the search before that: one gcc a
+# candidate, every one checked; until 2026-11-27 the beam with its prune (then new) left at its default
+PREVIOUS = {"strategy": "beam", "prune": 0}
 
 # ---------------------------------------------------------------- corpus kernels as tinygrad Tensor programs
 

@@ -6,13 +6,16 @@ beam (the `beam` fastest where there are more). Each later round expands every b
 keeps the `beam` fastest verified candidates of the round as the next beam. It ends when a round's best is less than
 `min_improvement` faster than the previous round's, when nothing is left to try, or after max_rounds; a round that
 measured only some of its children (a cost model's cut) and got no verified one first measures measure_top more, and
-one that gained too little ends the search only after `patience` such rounds in a row. The seeds compete
+one that gained too little ends the search only after `patience` such rounds in a row. An action that made a schedule
+`prune` times slower is not tried again on that schedule's descendants (the measured effect of an action predicts its
+effect a few opts on; the unrolled ones among them cost the most to compile), THREAD excepted: its time depends on what
+else keeps the other cores busy, which a busy machine changes from one timing to the next. The seeds compete
 for the win but do not end the search: one-opt schedules rarely beat the hand-coded one, their descendants may. Ties
 break by the order candidates were generated in, so a search is deterministic for given timings.
 """
 from __future__ import annotations
 from typing import Sequence
-from linearizer.kernel import Kernel, Opt
+from linearizer.kernel import Kernel, Opt, OptOp
 from search.actions import children
 from search.result import Candidate, Status
 from search.settings import StrategySettings
@@ -27,6 +30,7 @@ class BeamStrategy:
     self.partial, self.stale = False, 0  # whether this round was cut; rounds in a row without gain
     self.results: list[tuple[Kernel, Candidate]] = []                  # this round's
     self.last, self.done = float("inf"), False
+    self.times: dict[tuple[Opt, ...], float] = {}                      # the fastest run of every schedule timed
 
   def propose(self, n: int) -> list[Kernel]:
     if not self.pending and not self.done: self._next_round()
@@ -38,6 +42,7 @@ class BeamStrategy:
   def observe(self, results: list[tuple[Kernel, Candidate]]) -> None: self.results += results
 
   def _next_round(self) -> None:
+    self.times.update((tuple(k.applied_opts), c.min_s) for k, c in self.results if c.min_s)
     ok = sorted(((k, c) for k, c in self.results if c.status is Status.OK and c.verified),
                 key=lambda p: (p[1].fastest_s, self.order[tuple(p[0].applied_opts)]))
     if self.round > 0:
@@ -55,9 +60,15 @@ class BeamStrategy:
       self.beam = [k for k, _ in ok[:self.s.beam]] or self.beam[:1]
     # else the seeds are all expanded, measured well or not: they are where the search starts
     self.round, self.results = self.round + 1, []
-    for c in [*(self.extra if self.round == 1 else ()), *(c for k in self.beam for c in children(k, self.actions))]:
+    for c in [*(self.extra if self.round == 1 else ()), *(c for k in self.beam for c in children(k, self.actions) if not self._futile(c))]:
       if (opts := tuple(c.applied_opts)) not in self.order:
         self.order[opts] = len(self.order)
         self.pending.append(c)
     self.rest, self.partial = [], False
     self.done = not self.pending or self.round > self.s.max_rounds
+
+  def _futile(self, k: Kernel) -> bool:
+    """Whether k's last opt made one of its parent's ancestors (the unoptimised kernel included) `prune` times slower."""
+    *parent, a = k.applied_opts
+    return self.s.prune > 0 and a.op is not OptOp.THREAD and any((t := self.times.get(tuple(parent[:i]))) is not None and
+                                    self.times.get((*parent[:i], a), 0.0) >= self.s.prune * t for i in range(len(parent)))

@@ -41,6 +41,7 @@ class StrategySettings:
   min_improvement: float = job_field(0.01, "a round gaining less than this share ends the search", ge=0, lt=1)
   max_rounds: int = 32
   patience: int = 1                   # rounds in a row without gain a round cut to measure_top children goes on for
+  prune: float = 3.0                  # an action that made a schedule this many times slower is not tried on its descendants (0: off)
   strategy: StrategyKind = job_field(StrategyKind.BEAM, "beam: measure every child of the beam; model: only the cost model's top ones")
   measure_top: int = job_field(9, "children measured a round under the model strategy", ge=1, le=10_000)  # 2 x the beam, 1 more
   # a production autotuner spends its trials where a model's time is (TVM's task scheduler: by each task's share of the

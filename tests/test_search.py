@@ -122,6 +122,26 @@ def test_beam_search_is_deterministic_for_given_timings_and_stops_when_a_round_d
   assert len(set(log)) == len(log)  # no schedule measured twice
 
 
+def test_an_action_that_made_a_schedule_much_slower_is_not_tried_on_its_descendants():
+  k = Kernel(matmul(64, 64, 64), cpu.options())
+  def measure(log):
+    def m(kernels, rnd, limit, deadline):
+      out = []
+      for c in kernels[:limit]:
+        t = math.prod(4.0 if o.op == "UNROLL" else 0.9 for o in c.applied_opts)  # every UNROLL 4x slower, the rest faster
+        log.append(tuple(c.applied_opts))
+        out.append((c, Candidate([o.to_json() for o in c.applied_opts], Status.OK, rnd, times_s=[t], verified=True)))
+      return out
+    return m
+  logs = {}
+  for prune in (3.0, 0.0):
+    drive(BeamStrategy([k.copy()], actions_for(k.options), StrategySettings(beam=2, max_rounds=3, prune=prune)), measure(log := []))
+    logs[prune] = [opts for opts in log if len(opts) >= 2]
+  unrolled = lambda log: [opts for opts in log if opts[-1].op == "UNROLL"]
+  assert unrolled(logs[0.0]) and not unrolled(logs[3.0])  # tried on the root in round 1, then no more
+  assert set(logs[3.0]) == {opts for opts in logs[0.0] if opts[-1].op != "UNROLL"}  # nothing else left out
+
+
 @pytest.mark.timing
 def test_beam_search_respects_candidate_and_time_budgets():
   k = Kernel(matmul(64, 64, 64), cpu.options())
