@@ -235,6 +235,23 @@ def test_a_kernel_worth_little_waits_for_no_quiet_machine_and_stores_its_baselin
   assert win is base and not waits and runner.checks == 1 and cond["busy"] and cond["effort"] == 0.1
 
 
+def test_where_the_fastest_are_all_threaded_the_fastest_single_threaded_one_is_a_finalist_too(monkeypatch):
+  # a busy core re-times the THREAD finalists 50x slow: the check must not fall back past the best one-core schedule
+  base = Candidate([{"op": "UPCAST", "axis": 0, "amt": 4}], Status.OK, 0, "base", times_s=[1.0], verified=True)
+  threaded = [Candidate([{"op": "THREAD", "axis": 0, "amt": 2}, {"op": "UPCAST", "axis": 1, "amt": a}], Status.OK, 1, f"t{a}",
+                        times_s=[0.2 + a / 100], verified=True) for a in (2, 3, 4)]
+  single = Candidate([{"op": "UPCAST", "axis": 1, "amt": 8}], Status.OK, 1, "single", times_s=[0.5], verified=True)
+  every = [base, *threaded, single]
+  runner = _ScriptedRunner([1.5], [{b"base": 1.0, b"single": 0.5, **{c.source_hash.encode(): 10.0 for c in threaded}}])
+  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
+  s = SearchSettings.from_json(dict(busy_load=0.5, final_rounds=3, on_busy="store"))
+  search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=base.opts)
+  search.libs = {c.source_hash: SimpleNamespace(binary=c.source_hash.encode(), name="kernel", source="") for c in every}
+  search.candidates = every
+  b, win, med, ratios, cond = search.final(every)
+  assert b is base and win is single and med[id(single)] == 0.5 and cond["busy"]
+
+
 def test_tune_while_another_process_keeps_a_core_busy_stores_no_winner_slower_than_the_baseline_and_says_it_was_busy():
   # the done-when test of issue 13: a spinning process the whole time; the THREAD baseline suffers most from it
   k = reduce("SUM", (1024, 1024), (1,))
