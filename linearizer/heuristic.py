@@ -366,9 +366,9 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   return _threads(k, work, transcendentals, start)
 
 def _threads(k: Kernel, work: int, transcendentals: int, start: int) -> list[Opt]:
-  """CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them; the opts
-  applied since `start`."""
+  """CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them, or where none
+  splits (7 rows of a 7x7 image), the outermost block of one (a conv's channel blocks); the opts applied since `start`."""
   if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= 1 << 22:
-    for axis in range(k.first_reduce):
+    for axis in [*range(k.block_dims, k.first_reduce), *range(k.block_dims)]:
       if not isinstance(k.full_shape[axis], Node) and _try(k, Opt(OptOp.THREAD, axis, k.options.threads)): break
   return k.applied_opts[start:]

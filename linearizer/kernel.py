@@ -222,7 +222,9 @@ class Kernel:
     elif opt.op is OptOp.THREAD:
       check(o.has_threads, "this device has no threads")
       check(self.thread_dims == 0, "only one THREAD split")
-      check(outer <= axis < self.first_reduce - self.local_dims, "THREAD splits a global axis")
+      # a block of a global axis splits as the global axis would have before it was blocked (each thread its own outputs);
+      # a block of a reduce would have both threads accumulate into the same outputs
+      check(axis < self.first_reduce - self.local_dims and axis not in self.reduce_blocks, "THREAD splits a global axis or a block of one")
       self.shift_to(axis, amt, top=True, insert_before=0)  # each thread takes one contiguous part
       self.thread_dims = 1
     elif opt.op is OptOp.BLOCK: self._apply_block(axis, size, amt, reduce_range)

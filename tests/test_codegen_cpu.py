@@ -1,6 +1,7 @@
 """Generated C on the CPU (and OpenCL C) against the reference interpreter: the semantic corner cases C leaves
 undefined must come out exactly as the reference defines them, and schedules must not change results."""
 import math, re, subprocess
+from dataclasses import replace
 from pathlib import Path
 import numpy as np
 import pytest
@@ -158,6 +159,8 @@ PACKED = [  # a LOAD's block copied to the stack: odd sizes, masked reads (paddi
                         Opt("PACK", 1), Opt("PACK", 2)]),
   (matmul(17, 32, 36, transpose_a=True, transpose_b=True), [Opt("UPCAST", 1, 16), Opt("BLOCK", 2, 4), Opt("PACK", 1), Opt("PACK", 2)]),
   (conv2d(1, 6, 9, 9, 8, 3, 3, padding=1), [Opt("UPCAST", 0, 8), Opt("BLOCK", 3, 3), Opt("PACK", 1), Opt("PACK", 2)]),
+  # the threads split the row blocks (each thread its blocks' rows, packing its own copies), K blocked inside
+  (matmul(48, 35, 99), [Opt("UPCAST", 1, 7), Opt("BLOCK", 0, 12), Opt("THREAD", 0, 2), Opt("BLOCK", 4, 9), Opt("PACK", 1), Opt("PACK", 2)]),
 ]
 
 @pytest.mark.parametrize("k,opts", PACKED, ids=[str(i) for i in range(len(PACKED))])
@@ -186,6 +189,16 @@ def test_a_1x1_convs_pixels_are_blocked_where_its_reduce_is_too_short_to_block()
   opts = hand_coded_optimizations(Kernel(k, cpu.options()))
   assert [o.axis for o in opts if o.op == "BLOCK"] == [1], opts
   check(k, opts=opts)
+
+
+def test_a_conv_whose_rows_do_not_split_runs_its_channel_blocks_on_the_threads():
+  # ResNet-50's last stage: 7 rows of 7 pixels, the output channels in blocks; those blocks are what the threads split
+  # (one thread ran the whole 3x3 512 -> 512 conv before)
+  for cin in (512, 128):
+    k = Kernel(conv := conv2d(1, cin, 7, 7, cin, 3, 3, padding=1), replace(cpu.options(), threads=2))
+    opts = hand_coded_optimizations(k)
+    assert opts[-1].op == "THREAD" and opts[-1].axis < k.block_dims and k.reduce_blocks == [], opts
+  check(conv, opts=opts)
 
 
 def test_a_conv_tile_reuses_its_input_rows_across_output_channels():

@@ -90,6 +90,13 @@ def test_thread_is_one_split_of_a_global_axis():
   with pytest.raises(OptError, match="no threads"): Kernel(matmul(8, 8, 8), GPU).apply_opt(Opt("THREAD", 0, 2))
   same_result(k)
 
+def test_thread_splits_a_block_of_a_global_axis_but_not_of_a_reduce():
+  k = Kernel(matmul(12, 8, 16), CPU).apply_opts([Opt("BLOCK", 0, 3), Opt("BLOCK", 3, 4)])  # rows in 4 blocks of 3, K in 4 of 4
+  with pytest.raises(OptError, match="splits a global axis or a block of one"): k.apply_opt(Opt("THREAD", 1, 2))  # K's blocks
+  k.apply_opt(Opt("THREAD", 0, 2))  # each thread two blocks of rows: its own outputs
+  assert (k.thread_dims, k.block_dims, k.full_shape[:3]) == (1, 2, (2, 2, 4)) and k.reduce_blocks == [2]
+  same_result(k)
+
 
 def test_upcasts_are_capped():
   # MAX_UPCAST elements; on a CPU, where an upcast axis is as wide as a vector, MAX_VECTORS vectors (one register each),
