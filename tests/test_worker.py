@@ -108,7 +108,7 @@ def test_ctrl_c_stops_a_standalone_worker_with_one_line_and_gives_the_job_back(s
     finally:
       if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 0 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert err.splitlines()[-1].endswith(" stopped (SIGINT)"), err
+    assert err.splitlines()[-1].endswith(" stopped (Ctrl-C)"), err
     j = user.job(job["job_id"])
     assert j["state"] == "queued" and j["attempts"] == 0, j
 

@@ -158,9 +158,9 @@ class Worker:
 def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, max_jobs: Optional[int] = None) -> int:
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
-  stopping, stopped_by = threading.Event(), []
+  stopping, interrupted = threading.Event(), threading.Event()
   def stop(sig: int, _) -> None:
-    stopped_by.append(signal.Signals(sig).name)
+    if sig == signal.SIGINT: interrupted.set()
     stopping.set()
   for sig in (signal.SIGTERM, signal.SIGINT): signal.signal(sig, stop)
   with Client(server, token) as client:
@@ -175,5 +175,5 @@ def main(server: str, token: Optional[str], device: str, lease_s: float = 60.0, 
       if stopping.wait(2): return 0
     log.info("worker %s on %s (fingerprint %s) serving %s", w.id, device, w.fingerprint_hash, server)
     w.run(max_jobs)
-  if stopped_by: log.info("worker %s stopped (%s)", w.id, stopped_by[0])
+  if interrupted.is_set(): log.info("worker %s stopped (Ctrl-C)", w.id)  # the user's; SIGTERM's sender (serve, demo) says its own
   return 0
