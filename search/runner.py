@@ -9,7 +9,7 @@ without killing it (a write past its buffers' guards; on a GPU, an illegal addre
 context fails every call) is reported by the runner, which the parent then restarts too.
 """
 from __future__ import annotations
-import contextlib, importlib, json, signal
+import contextlib, importlib, json, os, signal
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
@@ -92,6 +92,7 @@ class _Case:
 
 def _main(conn: Connection, module: str) -> None:
   die_with_parent()
+  os.setpgrp()  # out of the worker's group: a terminal's Ctrl-C is the worker's to handle (it stops the search, then us)
   dev, progs = importlib.import_module(module), {}
   case: Optional[_Case] = None
   while (msg := conn.recv()) is not None:

@@ -79,10 +79,13 @@ def worker_process(url: str, lease_s: float) -> subprocess.Popen:
   return subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stderr=subprocess.PIPE, text=True)
 
 
+# half a second of timing for each of up to 1,000 candidates: a search of minutes, whatever the machine (8 candidates and a
+# final of 100 rounds were not: where the hand-coded schedule won, the final had nothing to re-time)
+MINUTES = {**SEARCH, "budget_candidates": 1000, "budget_s": 300, "min_time_s": 0.5, "final_rounds": 100}
+
 def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
   with Client(server, "sub") as user:
-    # half a second of timing per candidate and 100 final rounds: a search of minutes, whatever the machine
-    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", {**SEARCH, "budget_s": 300, "min_time_s": 0.5, "final_rounds": 100})
+    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", MINUTES)
     p = worker_process(server, 30)
     wait_for(lambda: user.job(job["job_id"])["state"] == "running")
     time.sleep(3)
@@ -93,12 +96,10 @@ def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
     assert j["state"] == "queued" and j["attempts"] == 0, j
 
 
-@pytest.mark.xfail(strict=True, reason="the search's runner (search/runner.py) is in the worker's process group, so a terminal's Ctrl-C "
-                   "reaches it too and it dies with a KeyboardInterrupt traceback: os.setpgrp() in its _main, as the compile pool's workers do")
 def test_ctrl_c_stops_a_standalone_worker_with_one_line_and_gives_the_job_back(server):
   # a terminal's Ctrl-C goes to its foreground group: a worker started from a shell, and the processes its search runs
   with Client(server, "sub") as user:
-    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", {**SEARCH, "budget_s": 300, "min_time_s": 0.5, "final_rounds": 100})
+    job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", MINUTES)
     p = worker_process(server, 30)  # a session of its own: a shell's foreground job
     try:
       wait_for(lambda: user.job(job["job_id"])["state"] == "running" and len(descendants(p.pid)) >= 3, timeout=120, every=0.2)
@@ -129,7 +130,8 @@ def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job
     b.send_signal(signal.SIGTERM)
     b.wait(60)
     assert j["state"] == "done" and j["attempts"] == 1 and "lease" in j["error"] and j["result"]["verified"], j  # one lapsed lease
-    assert [r["status"] for r in user.kernel(j["kernel_key"])["results"]] in (["unconfirmed"], ["confirmed", "measurement"])
+    # waiting for its confirm job, or confirmed by it -- or served at once where the search kept the hand-coded schedule
+    assert [r["status"] for r in user.kernel(j["kernel_key"])["results"]] in (["unconfirmed"], ["confirmed", "measurement"], ["confirmed"])
 
 
 @pytest.mark.slow
@@ -187,7 +189,7 @@ def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp
   user, wc = Client(url, "sub"), Client(url, "wrk")
   job, = user.submit([reduce("SUM", (512, 512), (1,))], "CPU", SEARCH)
   w = Worker(wc, "CPU", lease_s=10)
-  searched = threading.Thread(target=w.run, kwargs={"max_jobs": 2})  # the search, then its confirmation
+  searched = threading.Thread(target=w.run, kwargs={"until_idle": True})  # the search, then its confirmation if it needs one
   searched.start()
   try:
     wait_for(lambda: user.job(job["job_id"])["state"] == "running")
@@ -200,7 +202,8 @@ def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp
     assert not searched.is_alive()
     j = user.job(job["job_id"])
     assert j["state"] == "done" and j["result"]["status"] == "confirmed" and j["result"]["worker_id"] == w.id, j
-    assert [r["job_id"] for r in user.kernel(j["kernel_key"])["results"]] == [job["job_id"], job["job_id"] + 1]  # searched once, confirmed once
+    # searched once, confirmed once (at once where it kept the hand-coded schedule)
+    assert [r["job_id"] for r in user.kernel(j["kernel_key"])["results"]] in ([job["job_id"]], [job["job_id"], job["job_id"] + 1])
   finally:
     w.stopping.set()
     searched.join(60)

@@ -76,12 +76,12 @@ class Worker:
     now: a batch run); returns how many were finished."""
     done = 0
     while not self.stopping.is_set() and (max_jobs is None or done < max_jobs):
-      try: job = self.client.claim(self.id, self.lease_s, ACTION_SPACE_VERSION)
-      except Exception as e:  # the service is away: wait and try again, never crash
+      try:
+        if (job := self.client.claim(self.id, self.lease_s, ACTION_SPACE_VERSION)) is None and until_idle: break
+      except Exception as e:  # the service is away (not idle): wait and try again, never crash
         log.warning("claim failed: %s", e)
         job = None
       if job is None:
-        if until_idle: break
         self.stopping.wait(self.poll_s)
         continue
       done += self.work(job)
