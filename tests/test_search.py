@@ -167,11 +167,13 @@ def test_a_renderer_exception_is_a_bug_that_ends_the_search_not_a_failed_candida
 def test_the_stop_event_abandons_a_search_promptly():
   stop, out = threading.Event(), []
   def run():
-    try: tune(matmul(128, 128, 128), settings=SearchSettings.from_json(dict(beam=4, budget_s=600, **FAST)), stop=stop)
+    # matmul 512: ~8 s on a quiet machine with warm caches, 50-odd candidates (matmul 128's search ended before the stop now
+    # and then, a search's overhead having shrunk to ~4 s in all)
+    try: tune(matmul(512, 512, 512), settings=SearchSettings.from_json(dict(beam=4, budget_s=600, **FAST)), stop=stop)
     except SearchStopped as e: out.append(e)
   t = threading.Thread(target=run)
   t.start()
-  time.sleep(3)
+  time.sleep(2)
   stop.set()
   t0 = time.monotonic()
   t.join(30)
