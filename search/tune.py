@@ -196,8 +196,11 @@ class _Search:
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
     # a kernel worth less than the whole effort waits for no quiet machine (two waits cost a minute): a contended check
     # stores its baseline, never slower than itself
+    other = 0.0
     for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE and self.effort >= 1 else 0)):
-      if attempt: self.wait_quiet()
+      # a check the rest of the machine disturbed waits for a quiet second; one whose baseline drifted on a quiet machine
+      # (a microsecond kernel's noise) is re-timed at once: the wait's second was most of a small kernel's confirmation
+      if attempt and other >= s.busy_load: self.wait_quiet()
       load = OtherLoad(self.runner.pid)
       rounds = self.final_rounds(finalists)
       other, drift = load.cores(), _drift(rounds[id(base)])

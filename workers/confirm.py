@@ -44,9 +44,11 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
       c.status, c.times_s, c.error, c.verified = m.status, m.times_s, m.error, m.verified
       if c.status is not Status.OK: raise SearchError(f"opts {c.opts} do not run here: {c.status} {c.error}".strip())
       check_stop()
-    fs = settings.final
+    fs, other = settings.final, 0.0
     for attempt in range(1 + (fs.busy_retries if fs.on_busy == OnBusy.REFUSE else 0)):
-      quiet_by = time.monotonic() + fs.quiet_wait_s * (attempt > 0)  # a second at a time, so that a stop is seen
+      # after a check the rest of the machine disturbed, a quiet second a second at a time (so that a stop is seen); after a
+      # drift alone on a quiet machine, at once (as search/tune.py's final check)
+      quiet_by = time.monotonic() + fs.quiet_wait_s * (attempt > 0 and other >= fs.busy_load)
       while time.monotonic() < quiet_by and wait_quiet(fs.busy_load, 0, runner.pid)[1] >= fs.busy_load: check_stop()
       load = OtherLoad(runner.pid)
       rounds: tuple[list[float], list[float]] = ([], [])  # the baseline's times, the opts'
