@@ -87,11 +87,14 @@ def test_sigterm_gives_the_job_back_without_spending_an_attempt(server):
   with Client(server, "sub") as user:
     job, = user.submit([reduce("SUM", (2048, 2048), (1,))], "CPU", MINUTES)
     p = worker_process(server, 30)
-    wait_for(lambda: user.job(job["job_id"])["state"] == "running")
-    time.sleep(3)
-    assert user.job(job["job_id"])["state"] == "running"  # mid-search
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == 0, p.stderr.read()
+    try:
+      wait_for(lambda: user.job(job["job_id"])["state"] == "running")
+      time.sleep(3)
+      assert user.job(job["job_id"])["state"] == "running"  # mid-search
+      p.send_signal(signal.SIGTERM)
+      assert p.wait(60) == 0, p.stderr.read()
+    finally:  # a failed check leaves no worker polling a dead server (in a session of its own, nothing else stops it)
+      if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
     j = user.job(job["job_id"])
     assert j["state"] == "queued" and j["attempts"] == 0, j
 
@@ -126,9 +129,10 @@ def test_a_worker_killed_mid_search_loses_its_lease_and_another_finishes_the_job
     os.killpg(a.pid, signal.SIGKILL)  # the worker, its compile pool and its runner, mid-search
     a.wait()
     b = worker_process(server, 3)
-    j = wait_for(lambda: (j := user.job(job["job_id"]))["state"] in ("done", "failed") and j, timeout=120, every=0.5)
-    b.send_signal(signal.SIGTERM)
-    b.wait(60)
+    try: j = wait_for(lambda: (j := user.job(job["job_id"]))["state"] in ("done", "failed") and j, timeout=120, every=0.5)
+    finally:
+      b.send_signal(signal.SIGTERM)
+      b.wait(60)
     assert j["state"] == "done" and j["attempts"] == 1 and "lease" in j["error"] and j["result"]["verified"], j  # one lapsed lease
     # waiting for its confirm job, or confirmed by it -- or served at once where the search kept the hand-coded schedule
     assert [r["status"] for r in user.kernel(j["kernel_key"])["results"]] in (["unconfirmed"], ["confirmed", "measurement"], ["confirmed"])
