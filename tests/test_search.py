@@ -222,6 +222,23 @@ def test_a_contended_final_check_is_redone_when_quiet_and_never_stores_a_slower_
   assert win is base and med[id(base)] == 1.0 and cond["retimed"] == 1 and cond["busy"] and cond["other_load"] == 0.0
 
 
+@pytest.mark.parametrize("loads,quiet_waits", [((0.0, 0.0), 0), ((1.5, 0.0), 1)], ids=["drift-alone", "other-load"])
+def test_a_final_check_waits_for_a_quiet_second_only_where_other_load_disturbed_it(monkeypatch, loads, quiet_waits):
+  # the baseline drifts 50% in the first check (1, 1, 2), not in the second: on a quiet machine that is a microsecond
+  # kernel's noise, re-timed at once; with the rest of the machine busy the retry waits for a quiet second first
+  base = Candidate([], Status.OK, 0, "base", times_s=[1.0], verified=True)
+  runner, waits, times = _ScriptedRunner(loads, []), [], iter([1.0, 1.0, 2.0, 1.0, 1.0, 1.0])
+  runner.measure = lambda lib, name, **kw: Measurement(Status.OK, [next(times)])
+  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
+  monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: waits.append(1))
+  s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
+  search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=[])
+  search.libs = {"base": SimpleNamespace(binary=b"base", name="kernel", source="")}
+  search.candidates = [base]
+  b, win, med, ratios, cond = search.final([base])
+  assert win is base and runner.checks == 2 and len(waits) == quiet_waits and cond["retimed"] == 1
+
+
 def test_a_kernel_worth_little_waits_for_no_quiet_machine_and_stores_its_baseline_when_the_check_was_contended(monkeypatch):
   # what a busy machine cost a model's 35 kernels of microseconds: two 30 s waits for a quiet second, each
   base = Candidate([{"op": "THREAD", "axis": 0, "amt": 2}], Status.OK, 0, "base", times_s=[1.0], verified=True)
