@@ -153,18 +153,24 @@ def reduce_size(k: KernelAST, var_vals: Mapping[str, int]) -> int:
   return math.prod(k.shape_at(k.reduceop.src[0].shape, var_vals)) // max(1, math.prod(k.shape_at(k.reduceop.shape, var_vals)))
 
 
+def _float_sum(kernel: KernelAST) -> bool: return (red := kernel.reduceop) is not None and red.arg.fn == "SUM" and red.dtype.is_float
+
+def ranged(kernel: KernelAST) -> bool:
+  """Whether a correct kernel's output may differ from the reference by more than `mismatch`'s tolerance: a float SUM
+  (another order) or EXP2/LOG2/SIN (the contract). Without either, `expected_range`'s lo/hi are None."""
+  return _float_sum(kernel) or any(n.op in TRANSCENDENTALS for n in kernel.nodes)
+
 def expected_range(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None):
   """(want, lo, hi) for the output: the reference, and the range a correct kernel may produce (`run_bounds`) by summing
   its float SUM in another order -- the SUM within 16 ulp x sqrt(n) of the magnitude of its terms -- and by computing
   EXP2/LOG2/SIN within the contract, carried through every op above them. buffers[0] is left untouched. lo/hi are None
-  without a float SUM or a transcendental."""
+  where not `ranged`."""
   vv = kernel.var_vals(var_vals)
   want = [buffers[0].copy()] + list(buffers[1:])
   run(kernel, want, vv)
+  if not ranged(kernel): return want[0], None, None
   red = kernel.reduceop
-  float_sum = red is not None and red.arg.fn == "SUM" and red.dtype.is_float
-  if not float_sum and not any(n.op in TRANSCENDENTALS for n in kernel.nodes): return want[0], None, None
-  rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv))) if float_sum and red is not None else 0.0
+  rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv))) if _float_sum(kernel) and red is not None else 0.0
   return (want[0], *run_bounds(kernel, buffers, vv, rel))
 
 

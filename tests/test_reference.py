@@ -321,3 +321,29 @@ def test_bounds_carry_casts_mods_and_wheres_over_transcendentals(monkeypatch):
   k = kernel(alu("WHERE", alu("CMPLT", s, const(0.0, (64, 64))), alu("MOD", s, const(3.0, (64, 64))), alu("MAX", s, alu("LOG2", alu("MUL", x, x)))))
   got, want, check = _results(k, monkeypatch, 4)
   assert not np.array_equal(got[0], want[0]) and check(got) is None
+
+def test_compare_runs_the_reference_again_only_for_a_range_the_caller_did_not_give(monkeypatch):
+  """A failed strict check widens to the range a correct kernel may reach: the caller's bounds where given (a runner has
+  its case's), computed again (a second reference run) only where the kernel has one -- with no float SUM or
+  EXP2/LOG2/SIN the strict check's verdict stands, the same message as before."""
+  from linearizer.compare import compare
+  def checks(k, spoil):
+    bufs = reference.random_buffers(k, seed=0)
+    want = [b.copy() for b in bufs]
+    reference.run(k, want)
+    got = [spoil(want[0].copy())] + bufs[1:]
+    return got, want
+  calls, computed = [], reference.expected_range
+  monkeypatch.setattr(reference, "expected_range", lambda *a: calls.append(1) or computed(*a))
+  for k in (kernel(alu("MUL", ld(1, (64,), float32), ld(2, (64,), float32))), reduce("MAX", (8, 16), (1,)),
+            kernel(alu("ADD", ld(1, (64,), int32), ld(2, (64,), int32)))):
+    got, want = checks(k, lambda o: o + o.dtype.type(3))
+    assert not reference.ranged(k) and compare(k, got, want, {}) == reference.mismatch(got[0], want[0], k.ast.arg.dtype, 1) is not None
+  assert not calls
+  k = reduce("SUM", (8, 64), (1,))
+  got, want = checks(k, lambda o: o + np.float32(3e-4))  # past the strict check (16 ulp x sqrt(64) of 1 + |w|), within the sum's range
+  assert reference.ranged(k) and reference.mismatch(got[0], want[0], float32, 64) is not None
+  assert compare(k, got, want, {}) is None and len(calls) == 1
+  assert compare(k, got, want, {}, reference.expected_range(k, want)[1:]) is None and len(calls) == 2  # the caller's own, once
+  got[0][3] *= 2
+  assert "1 of 8 elements differ" in compare(k, got, want, {}) and len(calls) == 3
