@@ -19,7 +19,7 @@ from linearizer.kernel import Kernel, Opt
 from search.actions import actions_for
 from search.beam import BeamStrategy
 from search.builder import Build, Builder
-from search.load import OtherLoad, wait_quiet
+from search.load import checked, drift
 from search.model_beam import ModelBeamStrategy, prior_data
 from search import prior as priors
 from search.pool import CompilePool
@@ -28,7 +28,7 @@ from search.runner import Runner
 from search.settings import OnBusy, SearchSettings, StrategyKind
 from search.similar import Tuned, refit, variants
 from search.strategy import drive
-from search.workshop import WORKSHOP, Workshop
+from search.workshop import WORKSHOP, Built, Workshop
 
 
 class SearchError(RuntimeError): pass
@@ -88,6 +88,9 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     search.check_stop()
     with pool.paused() if dev.options().device == "CPU" else contextlib.nullcontext():  # a compile still running waits
       base, win, med, ratios, conditions = search.final([c for _, c in measured])
+  for c in (base, win):  # for the confirmation, which runs these two again (workers/confirm.py)
+    b = search.libs[c.source_hash]
+    ws.keep_build(dev.__name__, kr.key, c.opts, Built(b.source, b.binary, b.name))
   fp = dev.fingerprint()
   return SearchResult(
     kernel_key=ast.key, kernel_name=ast.name or "", device=device, fingerprint=fp, fingerprint_hash=dev.fingerprint_hash(fp),
@@ -196,24 +199,18 @@ class _Search:
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
     # a kernel worth less than the whole effort waits for no quiet machine (two waits cost a minute): a contended check
     # stores its baseline, never slower than itself
-    other = 0.0
-    for attempt in range(1 + (s.busy_retries if s.on_busy == OnBusy.REFUSE and self.effort >= 1 else 0)):
-      # a check the rest of the machine disturbed waits for a quiet second; one whose baseline drifted on a quiet machine
-      # (a microsecond kernel's noise) is re-timed at once: the wait's second was most of a small kernel's confirmation
-      if attempt and other >= s.busy_load: self.wait_quiet()
-      load = OtherLoad(self.runner.pid)
-      rounds = self.final_rounds(finalists)
-      other, drift = load.cores(), _drift(rounds[id(base)])
-      med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
-      win = min(finalists, key=lambda c: (med[id(c)], c is not base))
-      if not (contended := self.options.device == "CPU" and (other >= s.busy_load or drift > s.max_drift)): break
-    if contended and win is not base and s.on_busy == OnBusy.REFUSE and self.effort < 1: win = base
-    elif contended and win is not base and s.on_busy == OnBusy.REFUSE:  # a baseline that won is stored: never slower than itself
-      raise DeviceBusy(f"the rest of the machine kept {other:.2f} cores busy (the baseline drifted {drift:.0%}) through "
-                       f"{attempt + 1} final checks: not stored")
+    retries = s.busy_retries if s.on_busy == OnBusy.REFUSE and self.effort >= 1 else 0
+    check = checked(lambda: self.final_rounds(finalists), lambda rounds: drift(rounds[id(base)]), self.runner.pid, s.busy_load,
+                    s.max_drift, retries, s.quiet_wait_s, self.check_stop, contends=self.options.device == "CPU")
+    rounds = check.value
+    med = {i: statistics.median(t) if t else float("inf") for i, t in rounds.items()}
+    win = min(finalists, key=lambda c: (med[id(c)], c is not base))
+    if check.contended and win is not base and s.on_busy == OnBusy.REFUSE:  # a baseline that won is stored: never slower than itself
+      if self.effort < 1: win = base
+      else: raise DeviceBusy(f"{check.busy('final checks')}: not stored")
     wt = rounds[id(win)]
-    conditions = {"other_load": round(other, 3), "drift": round(drift, 4), "retimed": attempt, "effort": round(self.effort, 3),
-                  "busy": busy_search or attempt > 0 or contended, "spread": round(max(wt) / min(wt), 4) if wt else None}
+    conditions = {**check.conditions(), "effort": round(self.effort, 3), "busy": busy_search or check.retimed > 0 or check.contended,
+                  "spread": round(max(wt) / min(wt), 4) if wt else None}
     return base, win, med, [b / w for b, w in zip(rounds[id(base)], wt)] or [1.0], conditions
 
   def final_rounds(self, finalists: list[Candidate]) -> dict[int, list[float]]:
@@ -229,12 +226,6 @@ class _Search:
       if self.progress: self.progress(len(self.candidates), self.best_s)
     return rounds
 
-  def wait_quiet(self) -> None:
-    """Up to quiet_wait_s for a quiet second (the stop event is seen each second)."""
-    end = time.monotonic() + self.s.final.quiet_wait_s
-    while time.monotonic() < end and wait_quiet(self.s.final.busy_load, 0, self.runner.pid)[1] >= self.s.final.busy_load:
-      self.check_stop()
-
 
 def warm_seeds(root: Kernel, schedules: Sequence[Sequence], actions: Sequence[Opt]) -> list[Kernel]:
   """root under each schedule, each once, in order, re-fitted to these sizes (search/similar.py refit: a neighbour's
@@ -247,13 +238,6 @@ def warm_seeds(root: Kernel, schedules: Sequence[Sequence], actions: Sequence[Op
       seen.add(key)
       out.append(k)
   return out
-
-
-def _drift(ts: list[float]) -> float:
-  """How far the second half of the rounds' median is from the first half's (0.25: 25% apart either way)."""
-  if len(ts) < 2: return 0.0
-  a, b = statistics.median(ts[:len(ts) // 2]), statistics.median(ts[len(ts) // 2:])
-  return max(a, b) / min(a, b) - 1 if min(a, b) > 0 else 0.0
 
 
 def _failed(c: Candidate, status: Status, error: str) -> Candidate:

@@ -9,25 +9,38 @@ mapped until its process ends. Leases are exclusive: searches running at once ge
 
 It keeps the last CASES cases too (a kernel's inputs and its reference output, search/runner.py write_case): the
 confirmation of a result this process just found reads the search's instead of running the reference interpreter again
-(seconds on a large kernel)."""
+(seconds on a large kernel) -- and the last BUILDS builds of the schedules a search ended with (its baseline and winner),
+so that the confirmation runs the very libraries the search timed instead of lowering and compiling both again (0.2-0.6
+s of a microsecond kernel's confirmation; the search compiled them in batches, which the compile cache keys as one)."""
 from __future__ import annotations
-import atexit, contextlib, shutil, tempfile, threading
+import atexit, contextlib, json, shutil, tempfile, threading
 from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
+from devices.base import Binary
 from linearizer.ast import KernelAST
 from search.pool import CompilePool
 from search.runner import Runner, write_case
 
 
+@dataclass(frozen=True)
+class Built:
+  source: str
+  binary: Binary   # a library holding the entry point `name` (a search's batch: other candidates' too)
+  name: str
+
+
 class Workshop:
   RUNNER_SEARCHES = 32
   CASES = 4
+  BUILDS = 16
 
   def __init__(self) -> None:
     self._lock = threading.Lock()
     self._pools: dict[tuple[int, float], CompilePool] = {}        # idle, by (workers, compile timeout)
     self._runners: dict[str, tuple[Runner, int]] = {}            # idle, by device module: (runner, searches it ran)
+    self._builds: OrderedDict[tuple[str, str, str], Built] = OrderedDict()  # (device module, kernel key, opts) -> its build
     self._cases: OrderedDict[tuple, Path] = OrderedDict()        # (kernel key, var_vals, seed) -> its directory, oldest first
     self._in_use: Counter[Path] = Counter()                      # cases a search reads now: never removed meanwhile
 
@@ -61,6 +74,15 @@ class Workshop:
         if keep := ok and used + 1 < self.RUNNER_SEARCHES and module not in self._runners and runner.proc.is_alive():
           self._runners[module] = (runner, used + 1)
       if not keep: runner.close()
+
+  def keep_build(self, module: str, kernel_key: str, opts: list[dict], built: Built) -> None:
+    with self._lock:
+      self._builds[(module, kernel_key, json.dumps(opts))] = built
+      while len(self._builds) > self.BUILDS: self._builds.popitem(last=False)
+
+  def build(self, module: str, kernel_key: str, opts: list[dict]) -> Optional[Built]:
+    """The build a search of this process kept for the schedule, if any."""
+    with self._lock: return self._builds.get((module, kernel_key, json.dumps(opts)))
 
   @contextlib.contextmanager
   def case(self, k: KernelAST, var_vals: dict[str, int], seed: int) -> Iterator[Path]:
@@ -98,6 +120,7 @@ class Workshop:
       pools, runners = list(self._pools.values()), [r for r, _ in self._runners.values()]
       self._pools.clear()
       self._runners.clear()
+      self._builds.clear()
       for d in self._cases.values(): self._evict(d)
       self._cases.clear()
     for p in pools: p.close()

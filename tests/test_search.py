@@ -14,7 +14,7 @@ from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
-from search import tune as search_tune
+from search import load as search_load, tune as search_tune
 from search.runner import Measurement
 from search.tune import DeviceBusy, SearchStopped, tune
 from search.workshop import Workshop
@@ -193,10 +193,10 @@ class _ScriptedRunner:
   """The final check's runner: each library's time comes from `times` (quiet or contended, as the load says)."""
   def __init__(self, loads, times):
     self.pid, self.loads, self.times, self.checks = os.getpid(), iter(loads), times, 0
-  def load(self, *pids):  # search.tune.OtherLoad: one reading per final check
+  def load(self, *pids):  # search.load.OtherLoad: one reading per final check
     self.checks += 1
     v = next(self.loads)
-    return SimpleNamespace(cores=lambda: v)
+    return SimpleNamespace(cores=lambda: v, steal=lambda: 0.0)
   def measure(self, lib, name, **kw): return Measurement(Status.OK, [self.times[self.checks - 1][lib]])
 
 
@@ -209,8 +209,8 @@ def test_a_contended_final_check_is_redone_when_quiet_and_never_stores_a_slower_
   single = Candidate([{"op": "UPCAST", "axis": 0, "amt": 4}], Status.OK, 1, "single", times_s=[0.9], verified=True, other_load=1.2)
   times = [{b"base": 1.0 if i >= quiet_after else 5.0, b"single": 2.0} for i in range(len(loads))]
   runner = _ScriptedRunner(loads, times)
-  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
-  monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: None)
+  monkeypatch.setattr(search_load, "OtherLoad", runner.load)
+  monkeypatch.setattr(search_load, "wait_quiet", lambda *a: (1.0, 0.0))
   s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
   search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=base.opts)
   search.libs = {h: SimpleNamespace(binary=h.encode(), name="kernel", source="") for h in ("base", "single")}
@@ -229,8 +229,8 @@ def test_a_final_check_waits_for_a_quiet_second_only_where_other_load_disturbed_
   base = Candidate([], Status.OK, 0, "base", times_s=[1.0], verified=True)
   runner, waits, times = _ScriptedRunner(loads, []), [], iter([1.0, 1.0, 2.0, 1.0, 1.0, 1.0])
   runner.measure = lambda lib, name, **kw: Measurement(Status.OK, [next(times)])
-  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
-  monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: waits.append(1))
+  monkeypatch.setattr(search_load, "OtherLoad", runner.load)
+  monkeypatch.setattr(search_load, "wait_quiet", lambda *a: (waits.append(1), (1.0, 0.0))[1])
   s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
   search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=[])
   search.libs = {"base": SimpleNamespace(binary=b"base", name="kernel", source="")}
@@ -244,8 +244,8 @@ def test_a_kernel_worth_little_waits_for_no_quiet_machine_and_stores_its_baselin
   base = Candidate([{"op": "THREAD", "axis": 0, "amt": 2}], Status.OK, 0, "base", times_s=[1.0], verified=True)
   single = Candidate([{"op": "UPCAST", "axis": 0, "amt": 4}], Status.OK, 1, "single", times_s=[0.9], verified=True, other_load=1.2)
   runner, waits = _ScriptedRunner([1.5], [{b"base": 5.0, b"single": 2.0}]), []
-  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
-  monkeypatch.setattr(search_tune._Search, "wait_quiet", lambda self: waits.append(1))
+  monkeypatch.setattr(search_load, "OtherLoad", runner.load)
+  monkeypatch.setattr(search_load, "wait_quiet", lambda *a: (waits.append(1), (1.0, 0.0))[1])
   s = SearchSettings.from_json(dict(busy_load=0.5, busy_retries=2, final_rounds=3, on_busy="refuse"))
   search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=base.opts)
   search.libs = {h: SimpleNamespace(binary=h.encode(), name="kernel", source="") for h in ("base", "single")}
@@ -262,7 +262,7 @@ def test_where_the_fastest_are_all_threaded_the_fastest_single_threaded_one_is_a
   single = Candidate([{"op": "UPCAST", "axis": 1, "amt": 8}], Status.OK, 1, "single", times_s=[0.5], verified=True)
   every = [base, *threaded, single]
   runner = _ScriptedRunner([1.5], [{b"base": 1.0, b"single": 0.5, **{c.source_hash.encode(): 10.0 for c in threaded}}])
-  monkeypatch.setattr(search_tune, "OtherLoad", runner.load)
+  monkeypatch.setattr(search_load, "OtherLoad", runner.load)
   s = SearchSettings.from_json(dict(busy_load=0.5, final_rounds=3, on_busy="store"))
   search = search_tune._Search(cpu, s, None, None, runner, None, None, hand_opts=base.opts)
   search.libs = {c.source_hash: SimpleNamespace(binary=c.source_hash.encode(), name="kernel", source="") for c in every}

@@ -11,6 +11,7 @@ from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from devices import cpu
 from search.actions import actions_for
+from search import load as search_load
 from search.similar import refit
 from search.settings import FinalSettings, MeasureSettings, OnBusy, SearchSettings
 from search.tune import DeviceBusy, SearchError
@@ -219,19 +220,20 @@ class BusyMachine:
   """search.load.OtherLoad where the rest of the machine keeps 1.5 cores busy whenever the confirmation times."""
   def __init__(self, *pids): pass
   def cores(self) -> float: return 1.5
+  def steal(self) -> float: return 0.0
 
 @pytest.fixture
 def busy_machine(monkeypatch):
-  """The confirmation's waits for a quiet second never find one, and each takes its second on confirm's clock only: the
+  """The confirmation's waits for a quiet second never find one, and each takes its second on search.load's clock only: the
   quiet_wait_s (30 s) before a retry passes at once. (A wait that took no time left confirm spinning a core to the end of
   each: 30 s a retry.)"""
-  clock = [0.0]  # seconds confirm's clock is ahead of the real one
+  clock = [0.0]  # seconds search.load's clock is ahead of the real one
   def wait_quiet(*a):
     clock[0] += 1.0
     return 1.0, 1.5
-  monkeypatch.setattr(confirming, "OtherLoad", BusyMachine)
-  monkeypatch.setattr(confirming, "wait_quiet", wait_quiet)
-  monkeypatch.setattr(confirming, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + clock[0]))
+  monkeypatch.setattr(search_load, "OtherLoad", BusyMachine)
+  monkeypatch.setattr(search_load, "wait_quiet", wait_quiet)
+  monkeypatch.setattr(search_load, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + clock[0]))
 
 def test_a_confirmation_on_a_busy_machine_is_redone_then_refused_as_busy(busy_machine):
   k = reduce("SUM", (64, 256), (1,))
@@ -268,8 +270,11 @@ def test_a_confirmation_after_the_search_reuses_its_runner_and_reference_and_sti
   [case] = w._cases.values()
   writes: list = []
   monkeypatch.setattr(workshops, "write_case", lambda *a: writes.append(a))
+  # and the libraries the search timed: neither schedule is lowered or compiled again (0.2-0.6 s of a small kernel's confirmation)
+  monkeypatch.setattr(confirming, "lower", lambda *a: pytest.fail("lowered again"))
   c = confirming.confirm(k, "CPU", r.best_opts, s, workshop=w)
   assert c.verified and all(x.verified for x in c.candidates) and c.best_opts == r.best_opts and not writes
+  assert c.best_source == r.best_source and c.conditions["retimed"] == 0
   assert w._runners["devices.cpu"][0] is runner and runner.proc.is_alive() and case.exists()
   w.close()
   assert not case.exists() and not w._runners

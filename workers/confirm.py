@@ -13,10 +13,10 @@ from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
 from linearizer.lower import lower
 from search.result import Candidate, SearchResult, Status
-from search.load import OtherLoad, wait_quiet
+from search.load import checked, drift
 from search.settings import OnBusy, SearchSettings
-from search.tune import DeviceBusy, SearchError, SearchStopped, _drift
-from search.workshop import WORKSHOP, Workshop
+from search.tune import DeviceBusy, SearchError, SearchStopped
+from search.workshop import WORKSHOP, Built, Workshop
 
 CONFIRM_KEYS = ("opts", "confirms")  # what a confirm job's settings carry besides its search's
 
@@ -36,33 +36,30 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
   ws = workshop or WORKSHOP
   with ws.runner(dev.__name__) as runner, ws.case(kr, vv, ms.seed) as case:  # the search's runner, and its case where it is kept
     runner.setup(case, vv)
-    libs, srcs = [], []
-    for c in cands:
-      srcs.append(dev.render(lower(Kernel(kr, options).apply_opts(c.opts))))
-      libs.append(dev.compile(srcs[-1]))
-      m = runner.measure(libs[-1], "kernel", check=True, timeout_s=ms.seed_timeout_s, min_time_s=ms.min_time_s)
+    built: list[Built] = []
+    for c in cands:  # the libraries this process's search timed where it kept them, else built here
+      if (b := ws.build(dev.__name__, kr.key, c.opts)) is None:
+        src = dev.render(lower(Kernel(kr, options).apply_opts(c.opts)))
+        b = Built(src, dev.compile(src), "kernel")
+      built.append(b)
+      m = runner.measure(b.binary, b.name, check=True, timeout_s=ms.seed_timeout_s, min_time_s=ms.min_time_s)
       c.status, c.times_s, c.error, c.verified = m.status, m.times_s, m.error, m.verified
       if c.status is not Status.OK: raise SearchError(f"opts {c.opts} do not run here: {c.status} {c.error}".strip())
       check_stop()
-    fs, other = settings.final, 0.0
-    for attempt in range(1 + (fs.busy_retries if fs.on_busy == OnBusy.REFUSE else 0)):
-      # after a check the rest of the machine disturbed, a quiet second a second at a time (so that a stop is seen); after a
-      # drift alone on a quiet machine, at once (as search/tune.py's final check)
-      quiet_by = time.monotonic() + fs.quiet_wait_s * (attempt > 0 and other >= fs.busy_load)
-      while time.monotonic() < quiet_by and wait_quiet(fs.busy_load, 0, runner.pid)[1] >= fs.busy_load: check_stop()
-      load = OtherLoad(runner.pid)
+    fs = settings.final
+    def time_both() -> tuple[list[float], list[float]]:
       rounds: tuple[list[float], list[float]] = ([], [])  # the baseline's times, the opts'
       for r in range(fs.final_rounds):
         for i in (r % 2, 1 - r % 2):  # alternating which runs first
-          m = runner.measure(libs[i], "kernel", check=False, timeout_s=max(10.0, 50 * min(cands[i].times_s)), min_time_s=ms.min_time_s / 2,
-                             min_runs=1)
+          m = runner.measure(built[i].binary, built[i].name, check=False, timeout_s=max(10.0, 50 * min(cands[i].times_s)),
+                             min_time_s=ms.min_time_s / 2, min_runs=1)
           if m.status is Status.OK: rounds[i].append(min(m.times_s))
         check_stop()
-      other, drift = load.cores(), _drift(rounds[0])
-      if not (contended := options.device == "CPU" and (other >= fs.busy_load or drift > fs.max_drift)): break
-    if contended and fs.on_busy == OnBusy.REFUSE:
-      raise DeviceBusy(f"the rest of the machine kept {other:.2f} cores busy (the baseline drifted {drift:.0%}) through {attempt + 1} "
-                       "confirmation runs")
+      return rounds
+    check = checked(time_both, lambda rounds: drift(rounds[0]), runner.pid, fs.busy_load, fs.max_drift,
+                    fs.busy_retries if fs.on_busy == OnBusy.REFUSE else 0, fs.quiet_wait_s, check_stop, contends=options.device == "CPU")
+    if check.contended and fs.on_busy == OnBusy.REFUSE: raise DeviceBusy(check.busy("confirmation runs"))
+    rounds = check.value
   if not all(rounds): raise SearchError("the final re-timing failed")
   base_s, best_s = statistics.median(rounds[0]), statistics.median(rounds[1])
   ratios = [b / w for b, w in zip(*rounds)] or [base_s / best_s]
@@ -71,4 +68,5 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
                       action_space_version=ACTION_SPACE_VERSION, settings=settings.to_json(), var_vals=vv, flops=ast.flops(vv),
                       bytes=ast.bytes(vv), baseline_opts=cands[0].opts, baseline_s=base_s, best_opts=opts, best_s=best_s,
                       speedup=base_s / best_s, speedup_spread=(min(ratios), max(ratios)), verified=cands[1].verified,
-                      best_source=srcs[1], search_s=time.monotonic() - start, candidates=cands)
+                      best_source=built[1].source, search_s=time.monotonic() - start, candidates=cands,
+                      conditions={**check.conditions(), "busy": check.retimed > 0 or check.contended})
