@@ -10,7 +10,10 @@ def scripted(monkeypatch, loads: list[float]) -> list[int]:
   """OtherLoad reads the loads in turn, one per timing; the waits for a quiet second find one at once: their count."""
   it, waits = iter(loads), []
   monkeypatch.setattr(load, "OtherLoad", lambda *pids: (v := next(it), SimpleNamespace(cores=lambda: v, steal=lambda: 0.0))[1])
-  monkeypatch.setattr(load, "wait_quiet", lambda *a: (waits.append(1), (1.0, 0.0))[1])
+  def wait_quiet(*a) -> tuple[float, float]:
+    waits.append(1)
+    return 1.0, 0.0
+  monkeypatch.setattr(load, "wait_quiet", wait_quiet)
   return waits
 
 
