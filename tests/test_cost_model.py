@@ -223,23 +223,31 @@ def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_it
   with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
     user.submit([first], "CPU", {"beam": 2, "budget_candidates": 40, "min_time_s": 0.005, "final_rounds": 3})
     w = Worker(wc, "CPU")
-    assert w.run(until_idle=True) in (1, 2)  # the search and its confirmation where it needs one (a measurement, not a search: not trained on)
+    # the search alone: its confirmation (queued ahead of searches where it needs one) runs with the second job. A busy
+    # machine's confirmation may disagree, refute the result and queue the search again: nothing this test asks
+    assert w.run(max_jobs=1) == 1
     assert wc.cost_model(prior.family(o)) is None  # none trained yet
     # every candidate, busy or not (the filter: the test above): this machine may be busy
     assert main(["cost-model", "train", "--db", f"sqlite:///{tmp_path}/client.db", "--max-other-load", "1000"]) == 0
     assert prior.family(o) in capsys.readouterr().out
     got = wc.cost_model(prior.family(o), CODEGEN_VERSION, ACTION_SPACE_VERSION)
-    timed = [m for m in user.kernel(first.key)["results"][0]["measurements"] if m["min_s"] and m["status"] in ("ok", "slow")]
+    [searched] = user.kernel(first.key)["results"]  # unconfirmed (or served: a hand-coded winner needs no confirmation)
+    timed = [m for m in searched["measurements"] if m["min_s"] and m["status"] in ("ok", "slow")]
     assert got["names"] == list(SCHEDULE_NAMES) and got["kernels"] == [first.key] and len(got["rows"]) == len(timed) >= MIN_TRAIN
     assert got["meta"]["source"] == "trained" and wc.cost_model(prior.family(o), CODEGEN_VERSION - 1) is None
     job, = user.submit([second], "CPU", {"beam": 2, "budget_candidates": 30, "min_time_s": 0.005, "final_rounds": 3, "strategy": "model",
                                          "measure_top": 3})
     w._prior = (-PRIOR_REFRESH_S, None)  # fetched (as none) before training: ask again now
-    assert w.run(max_jobs=1) == 1
+    assert w.run(until_idle=True) >= 1
     assert w.prior() is not None and w.prior().rows == tuple(map(tuple, got["rows"]))
     r = user.job(job["job_id"])["result"]
-    round1 = [m for m in user.kernel(second.key)["results"][0]["measurements"] if m["round"] == 1]
-    assert r["verified"] and 0 < len(round1) <= 3 < sum(1 for _ in children(Kernel(second, o), actions_for(o)))
+    [res] = [res for res in user.kernel(second.key)["results"] if res["job_id"] == job["job_id"]]
+    round1 = [m for m in res["measurements"] if m["round"] == 1]
+    # its top 3; where none of them verified (all slow: 3x the best, which the prior's busy timings may rank first on a busy
+    # machine), its next 3 too (search/beam.py)
+    cut = len(round1) <= 3 or len(round1) <= 6 and not any(m["status"] == "ok" and m["verified"] for m in round1[:3])
+    assert r["verified"] and round1 and cut and 3 < sum(1 for _ in children(Kernel(second, o), actions_for(o))), \
+      [(m["status"], m["verified"]) for m in round1]
 
 
 @pytest.mark.slow
