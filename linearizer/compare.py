@@ -1,6 +1,6 @@
 """Does a device's output agree with the reference? The check every generated kernel passes: the fuzzer, the search's
 runner, `tunesvc kernel run --check`, the tests. Floats within reference.mismatch's tolerance, or within the range the
-reference says a correct kernel may reach (reference.expected_range: a float SUM summed in another order, EXP2/LOG2/SIN
+reference says a correct kernel may reach (reference.range_of: a float SUM summed in another order, EXP2/LOG2/SIN
 within the accuracy contract, reference.ULP_BOUND)."""
 from __future__ import annotations
 from typing import Mapping, Optional, Sequence
@@ -12,7 +12,7 @@ from linearizer.ast import KernelAST
 def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray], var_vals: Mapping[str, int],
             bounds: Optional[tuple] = None) -> Optional[str]:
   """None if a device's buffers agree with the reference's (both started as the same random_buffers), else what
-  differs: the output by `reference.mismatch` (within `expected_range` for a float SUM or EXP2/LOG2/SIN, or `bounds`, its (lo, hi) when
+  differs: the output by `reference.mismatch` (within `range_of` for a float SUM or EXP2/LOG2/SIN, or `bounds`, its (lo, hi) when
   the caller computed them once for many checks), where it was written (the output starts poisoned), and the inputs,
   which a kernel must leave as they were."""
   dt = k.ast.arg.dtype
@@ -22,10 +22,10 @@ def compare(k: KernelAST, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
     if (bad := np.flatnonzero(gp != wp)).size:
       return f"{bad.size} of {wp.size} elements {'not written' if gp[bad[0]] else 'written where the reference writes none'}; first at {bad[0]}"
   n = reference.reduce_size(k, var_vals)
-  # only then the dearer range a correct kernel may reach: the caller's, else computed again (the reference run once more),
-  # where there is one: without a float SUM or EXP2/LOG2/SIN it is the strict check's (a runner's case has no bounds then)
-  if (msg := reference.mismatch(got[0], want[0], dt, n)) and (bounds or reference.ranged(k)):
-    msg = reference.mismatch(got[0], want[0], dt, n, *(bounds or reference.expected_range(k, want, var_vals)[1:]))
+  # only then the dearer range a correct kernel may reach: the caller's, else computed from `want`'s inputs (the reference
+  # output is want's: not run again); without a float SUM or EXP2/LOG2/SIN there is none (a runner's case has no bounds then)
+  if msg := reference.mismatch(got[0], want[0], dt, n):
+    msg = reference.mismatch(got[0], want[0], dt, n, *(bounds or reference.range_of(k, want, var_vals)))
   return msg or _inputs_changed(got, want)
 
 def _inputs_changed(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Optional[str]:

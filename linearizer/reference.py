@@ -157,21 +157,24 @@ def _float_sum(kernel: KernelAST) -> bool: return (red := kernel.reduceop) is no
 
 def ranged(kernel: KernelAST) -> bool:
   """Whether a correct kernel's output may differ from the reference by more than `mismatch`'s tolerance: a float SUM
-  (another order) or EXP2/LOG2/SIN (the contract). Without either, `expected_range`'s lo/hi are None."""
+  (another order) or EXP2/LOG2/SIN (the contract)."""
   return _float_sum(kernel) or any(n.op in TRANSCENDENTALS for n in kernel.nodes)
 
+def range_of(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None):
+  """(lo, hi): the range a correct kernel may produce (`run_bounds`) by summing its float SUM in another order -- the SUM
+  within 16 ulp x sqrt(n) of the magnitude of its terms -- and by computing EXP2/LOG2/SIN within the contract, carried
+  through every op above them; (None, None) where not `ranged`. Elements the kernel does not write are buffers[0]'s."""
+  if not ranged(kernel): return None, None
+  vv, red = kernel.var_vals(var_vals), kernel.reduceop
+  rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv))) if _float_sum(kernel) and red is not None else 0.0
+  return run_bounds(kernel, buffers, vv, rel)
+
 def expected_range(kernel: KernelAST, buffers: Sequence[np.ndarray], var_vals: Optional[Mapping[str, int]] = None):
-  """(want, lo, hi) for the output: the reference, and the range a correct kernel may produce (`run_bounds`) by summing
-  its float SUM in another order -- the SUM within 16 ulp x sqrt(n) of the magnitude of its terms -- and by computing
-  EXP2/LOG2/SIN within the contract, carried through every op above them. buffers[0] is left untouched. lo/hi are None
-  where not `ranged`."""
+  """(want, lo, hi) for the output: the reference, and `range_of`. buffers[0] is left untouched."""
   vv = kernel.var_vals(var_vals)
   want = [buffers[0].copy()] + list(buffers[1:])
   run(kernel, want, vv)
-  if not ranged(kernel): return want[0], None, None
-  red = kernel.reduceop
-  rel = FLOAT_TOLERANCE[red.dtype.name] * max(1.0, math.sqrt(reduce_size(kernel, vv))) if _float_sum(kernel) and red is not None else 0.0
-  return (want[0], *run_bounds(kernel, buffers, vv, rel))
+  return (want[0], *range_of(kernel, buffers, vv))
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1, lo: Optional[np.ndarray] = None,

@@ -322,28 +322,31 @@ def test_bounds_carry_casts_mods_and_wheres_over_transcendentals(monkeypatch):
   got, want, check = _results(k, monkeypatch, 4)
   assert not np.array_equal(got[0], want[0]) and check(got) is None
 
-def test_compare_runs_the_reference_again_only_for_a_range_the_caller_did_not_give(monkeypatch):
+def test_compare_never_runs_the_reference_again_and_computes_a_range_only_where_the_caller_gave_none(monkeypatch):
   """A failed strict check widens to the range a correct kernel may reach: the caller's bounds where given (a runner has
-  its case's), computed again (a second reference run) only where the kernel has one -- with no float SUM or
-  EXP2/LOG2/SIN the strict check's verdict stands, the same message as before."""
+  its case's), else computed from want's inputs -- never the reference again (want holds its output), and only where the
+  kernel has a range: with no float SUM or EXP2/LOG2/SIN the strict check's verdict stands."""
   from linearizer.compare import compare
   def checks(k, spoil):
     bufs = reference.random_buffers(k, seed=0)
     want = [b.copy() for b in bufs]
     reference.run(k, want)
-    got = [spoil(want[0].copy())] + bufs[1:]
-    return got, want
-  calls, computed = [], reference.expected_range
-  monkeypatch.setattr(reference, "expected_range", lambda *a: calls.append(1) or computed(*a))
+    return [spoil(want[0].copy())] + bufs[1:], want
+  calls, run, run_bounds = [], reference.run, reference.run_bounds
+  monkeypatch.setattr(reference, "run", lambda *a: calls.append("run") or run(*a))
+  monkeypatch.setattr(reference, "run_bounds", lambda *a: calls.append("bounds") or run_bounds(*a))
   for k in (kernel(alu("MUL", ld(1, (64,), float32), ld(2, (64,), float32))), reduce("MAX", (8, 16), (1,)),
             kernel(alu("ADD", ld(1, (64,), int32), ld(2, (64,), int32)))):
     got, want = checks(k, lambda o: o + o.dtype.type(3))
+    calls.clear()
     assert not reference.ranged(k) and compare(k, got, want, {}) == reference.mismatch(got[0], want[0], k.ast.arg.dtype, 1) is not None
-  assert not calls
+    assert not calls
   k = reduce("SUM", (8, 64), (1,))
   got, want = checks(k, lambda o: o + np.float32(3e-4))  # past the strict check (16 ulp x sqrt(64) of 1 + |w|), within the sum's range
+  _, lo, hi = reference.expected_range(k, want)
+  calls.clear()
   assert reference.ranged(k) and reference.mismatch(got[0], want[0], float32, 64) is not None
-  assert compare(k, got, want, {}) is None and len(calls) == 1
-  assert compare(k, got, want, {}, reference.expected_range(k, want)[1:]) is None and len(calls) == 2  # the caller's own, once
+  assert compare(k, got, want, {}) is None and calls == ["bounds"]
+  assert compare(k, got, want, {}, (lo, hi)) is None and calls == ["bounds"]  # the caller's own
   got[0][3] *= 2
-  assert "1 of 8 elements differ" in compare(k, got, want, {}) and len(calls) == 3
+  assert compare(k, got, want, {}) == reference.mismatch(got[0], want[0], float32, 64, lo, hi) is not None and calls == ["bounds"] * 2
