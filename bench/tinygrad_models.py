@@ -210,11 +210,11 @@ class TorchChild:
     with np.load(f"{self.npz}.out.npz") as z: return [z[f"arr_{i}"] for i in range(len(z.files))]
 
 
-def tune_on_service(kernels, runs, budget_s: float, workers: int, search: dict) -> tuple[str, float, object, int]:
+def tune_on_service(kernels, runs, budget_s: float, workers: int, search: dict) -> tuple[str, float, object, int, dict]:
   """Serve on SQLite with local workers, submit every distinct kernel once (with its runs: what its search is worth) and
   `search`'s settings besides the budget and beam 2, wait until no job (search or confirmation) is
-  queued or running: (url, seconds, svc, kernels served tuned). A job can fail (e.g. the worker finds the machine too busy
-  to confirm a time): that kernel then runs hand-coded."""
+  queued or running: (url, seconds, svc, kernels served tuned, where the time went). A job can fail (e.g. the worker finds
+  the machine too busy to confirm a time): that kernel then runs hand-coded."""
   from devices import registry
   from tunesvc.client import Client
   from tunesvc.config import Settings
@@ -227,7 +227,22 @@ def tune_on_service(kernels, runs, budget_s: float, workers: int, search: dict) 
     c.submit(kernels, fp, {"budget_s": budget_s, "beam": 2, **search}, model="bench", runs=runs)
     while (n := c.http.get("/v1/jobs", params={"limit": 1}).json()["counts"]).get("queued") or n.get("running"): time.sleep(1)
     took, served = time.perf_counter() - st, sum(x is not None for x in c.lookup(fp, [k.key for k in kernels]))
-  return svc.url, took, svc, served
+    return svc.url, took, svc, served, tuning_breakdown(c)
+
+
+def tuning_breakdown(c) -> dict:
+  """Where the service's tuning time went: per kind of job (search, confirmation) its count, failures and seconds in a
+  worker's hands (the last attempt's), and how often a worker gave a job back as busy (the machine too contended to time)."""
+  rows: list[dict] = []
+  offset: int | None = 0
+  while offset is not None:
+    page = c.http.get("/v1/jobs", params={"limit": 500, "offset": offset}).json()
+    rows, offset = rows + page["jobs"], page["next_offset"]
+  out: dict = {kind: {"jobs": len(js), "failed": sum(j["state"] == "failed" for j in js),
+                      "worker_s": round(sum(j["finished"] - j["started"] for j in js if j["finished"] and j["started"]), 1)}
+               for kind in ("tune", "confirm") for js in [[j for j in rows if j["kind"] == kind]]}
+  out["busy_give_backs"] = sum("device busy" in line for j in rows for line in j["error"].splitlines())
+  return out
 
 
 def main() -> int:
@@ -262,7 +277,10 @@ def main() -> int:
         if "tunesvc_hand" not in runs: raise SystemExit(f"{mode} needs tunesvc_hand before it (its kernels are the ones tuned)")
         ks, kruns = [k for k, _ in tsvc.kernels()], [n for _, n in tsvc.kernels()]
         search = {**json.loads(args.search), **({"worth_s": 0} if mode == "tunesvc_tuned_all" else {})}
-        url, res[f"{mode}_tuning_s"], svc, res[f"{mode}_served"] = tune_on_service(ks, kruns, args.budget_s, args.workers, search)
+        url, res[f"{mode}_tuning_s"], svc, res[f"{mode}_served"], res[f"{mode}_tuning"] = \
+          tune_on_service(ks, kruns, args.budget_s, args.workers, search)
+        print(f"{name} {mode}: tuned {len(ks)} kernels in {res[f'{mode}_tuning_s']:.1f} s, {res[f'{mode}_served']} served: "
+              f"{res[f'{mode}_tuning']}", flush=True)
         res["distinct_kernels"] = len(ks)
       jits, outs, took, counts = jitted(steps, mode, url)
       runs[mode] = jits
