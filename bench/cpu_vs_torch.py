@@ -132,6 +132,9 @@ def model_cases() -> list[Case]:
     *map(mm, (512, 1024, 2048, 4096)),
     one("bmm_32x512x512x64_qkT", "matmul", B.matmul(512, 512, 64, batch=(32,), transpose_b=True), {"a": (32, 512, 64), "b": (32, 512, 64)},
         {"fn": "matmul", "kw": {"transpose_b": True}}, (np_matmul_t, (32, 512, 512))),
+    # GPT-2's LM head over a 128-token prompt: weights stored (vocabulary, width), 50257 columns no tile divides
+    one("lm_head_gpt2", "matmul", B.matmul(128, 50257, 768, transpose_b=True), {"a": (128, 768), "b": (50257, 768)},
+        {"fn": "matmul", "kw": {"transpose_b": True}}, (np_matmul_t, (128, 50257))),
     conv("r50_conv_3x3_64_56", 64, 56, 64, 3), conv("r50_conv_1x1_64to256_56", 64, 56, 256, 1), conv("r50_conv_1x1_256to64_56", 256, 56, 64, 1),
     conv("r50_conv_3x3_128_s2_56", 128, 56, 128, 3, 2), conv("r50_conv_1x1_256to512_s2_56", 256, 56, 512, 1, 2),
     conv("r50_conv_3x3_256_14", 256, 14, 256, 3), conv("r50_conv_1x1_2048to512_7", 2048, 7, 512, 1),

@@ -40,6 +40,7 @@ BLOCK_K = BLOCK_N = 256
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
+PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at most 1/16 of its work wasted
 POOL_WINDOW = 16  # the positions of a pooling window (3x3, 2x2) _streamed_row reads at a stride of 2
 
 def _group_reduce(k: Kernel) -> bool:
@@ -157,13 +158,16 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
             if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
   last = t.shape_len - t.upcasted - 1
   budget = (PIXEL_TILE_512 if max(k.options.float_vector_widths, default=4) >= 16 else PIXEL_TILE) // vecs
-  window = bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and t.is_reduce_axis(last) and \
+  padded = _padded_pixels(t, pixels, budget)
+  window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and t.is_reduce_axis(last) and \
     isinstance(w := t.full_shape[last], int) and w <= WINDOW and _shared_window(t, pixels[0], last)
   row = pixels[:1] if window or vecs > 1 else pixels
-  # two vectors only beside a whole row of 7 pixels: with fewer, or none, they measured 0.2-0.7x (sops_7440, sops_4609)
-  if vecs > 1 and (not row or _tile_part(t, row, 0, budget) != budget): return None
+  # two vectors only beside a whole row of 7 pixels (or a padded one): with fewer, or none, they measured 0.2-0.7x
+  # (sops_7440, sops_4609)
+  if vecs > 1 and not padded and (not row or _tile_part(t, row, 0, budget) != budget): return None
   for n, i in enumerate(row):
-    if (amt := _tile_part(t, pixels if vecs == 1 else row, n, budget)) is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
+    amt = padded if n == 0 and padded else _tile_part(t, pixels if vecs == 1 else row, n, budget)
+    if amt is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
   if window: _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, 0))
   # a tile of fewer accumulators than hide an FMA's latency where pixels are left to loop over, reusing the packed vector
   # (none of their sizes divides: GPT-2's LM head, 50257 columns, one accumulator): the reduce unrolled, its products
@@ -173,6 +177,17 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
       t.is_reduce_axis(last := t.shape_len - t.upcasted - 1):
     next((a for a in (8, 4, 2) if acc * a <= ACC_CHAINS and _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, a))), None)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed) else None
+
+def _padded_pixels(t: Kernel, pixels: list[int], budget: int) -> int:
+  """_channel_tile's innermost pixel axis, where no part of the budget divides it and it is long (GPT-2's LM head:
+  50257 = 29 x 1733 columns), padded (PADTO) to a multiple of the power of two within the budget plus one, which the
+  tile then takes: 0 where it does not apply. Only its last tile's loads of the other operand are masked, and padded
+  outputs are not stored. The LM head, 128x768 @ 50257x768^T, 1 thread, busy Zen 4: one vector of 16 rows a column with
+  the reduce unrolled 430 ms, 2 vectors x 8 padded columns 158-167 ms (OpenBLAS 180-205), x 7 175, x 6 178, one vector
+  x 12 254."""
+  if not pixels or _tile_part(t, pixels, 0, budget) is not None or not isinstance(size := t.full_shape[pixels[0]], int): return 0
+  amt = 1 << ((budget + 1).bit_length() - 1)
+  return amt if amt > 1 and size >= PAD_WASTE * amt and _try(t, Opt(OptOp.PADTO, pixels[0], amt)) else 0
 
 def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:
   """Can an UNROLL of this reduce axis by `width` be the vector (lower._reduce_vector_axis): a loop left, a load that

@@ -257,7 +257,11 @@ class Kernel:
       check(padded != size, f"axis {axis} of size {size} is already a multiple of {amt}")
       check(padded <= 2 * size, f"padding {size} to {padded} more than doubles the work")
       if self.is_reduce_axis(axis): check(self._pad_reduce_is_exact(), "padding this reduce would change its result")
-      self.sts = [st.pad([(0, padded - size) if i == axis and s == size else (0, 0) for i, s in enumerate(st.shape)]) for st in self.sts]
+      # a padded output is not stored, so a load broadcast along an output axis is widened unmasked (as TC's): its value
+      # serves every lane there, where a pad would mask it by the lane and a PACK's copy would vary along the axis
+      widen = lambda j, st: j > 0 and axis < self.first_reduce and st.shape[axis] == size and st.broadcast_along(axis)
+      pad = lambda st: st.pad([(0, padded - size) if i == axis and s == size else (0, 0) for i, s in enumerate(st.shape)])
+      self.sts = [st.widen(axis, padded) if widen(j, st) else pad(st) for j, st in enumerate(self.sts)]
     if self.packed: self._check_packs()  # after every opt: splits and pads change what a block's copy holds
     if self.group_for_reduces:  # after every opt: locals and upcasts grow what a grouped reduce keeps in shared memory
       check(self._shared_bytes() <= o.shared_max, f"the grouped reduce would need more than {o.shared_max} bytes of shared memory")
