@@ -52,11 +52,10 @@ TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
 # tinygrad's BEAM knobs: its defaults but for the compile timeout (10 s), raised to tunesvc's compile_timeout_s, so
 # neither search drops a slow-to-compile candidate the other may keep; the per-kernel wall limit is --tinygrad-limit-s
 TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings().build.compile_timeout_s:.0f}"}
-# tunesvc's search as it was before actions that slowed an ancestor were pruned: every child of the beam measured
-# (batched builds, the round's fastest checked, as since 9d71f13). Its winners are the quality bar of the faster one
-# (issue 13: a geometric mean at least as fast). Until 2026-11-26 `previous` was the search before that: one gcc a
-# candidate, every one checked; until 2026-11-27 the beam with its prune (then new) left at its default
-PREVIOUS = {"strategy": "beam", "prune": 0}
+# tunesvc's default search: the beam, every child of its members measured but those pruned. Its winners are the quality
+# bar of a faster one (issue 13: a geometric mean at least as fast). Until 2026-11-26 `previous` was one gcc a
+# candidate, every one checked; on 2026-11-27 the beam with prune 0, then prune at its default (3)
+PREVIOUS = {"strategy": "beam"}
 
 # ---------------------------------------------------------------- corpus kernels as tinygrad Tensor programs
 
@@ -270,7 +269,7 @@ def report(results: list[dict], cmd: str, facts: list[str], args, tg_info: Optio
            f"- tunesvc: search.tune with SearchSettings(beam={args.beam}, budget_s={args.budget_s:g}"
            f"{''.join(f', {k}={v!r}' for k, v in args.settings.items())}); THREAD up to {cpu.options().threads} OpenMP threads, "
            "run in parallel; a fresh compile cache (TUNESVC_CACHE_DIR) for the run",
-           *([] if args.no_previous else [f"- previous: tunesvc's search measuring every child of the beam ({PREVIOUS}), run "
+           *([] if args.no_previous else [f"- previous: tunesvc's default search ({PREVIOUS}), run "
               "second on each kernel (the compile cache holding what the first built), timed interleaved with the others"]),
            f"- tinygrad: BEAM={args.beam} ({', '.join(f'{k}={v}' for k, v in TG_BEAM_ENV.items())}, the rest its defaults; "
            f"killed past {args.tinygrad_limit_s:g} s); THREAD up to NUM_CPU_THREADS={tgt}, whose parts its CPU backend runs one after another",
@@ -341,7 +340,7 @@ def main() -> int:
   ap.add_argument("--seed", type=int, default=0, help="the inputs' seed")
   ap.add_argument("--corpus-seed", type=int, default=CORPUS_PICK["seed"], help="the seed that picks `corpus`'s ten kernels")
   ap.add_argument("--settings", type=json.loads, default={}, help="more of tunesvc's search settings, as JSON (its defaults otherwise)")
-  ap.add_argument("--no-previous", action="store_true", help="skip the search that measures every child of the beam "
+  ap.add_argument("--no-previous", action="store_true", help="skip tunesvc's default search "
                   f"(PREVIOUS: {PREVIOUS})")
   ap.add_argument("--json", type=Path, help="also write every sample, schedule and search record here")
   timing_args(ap)
