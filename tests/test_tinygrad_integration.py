@@ -17,6 +17,9 @@ from linearizer import ACTION_SPACE_VERSION  # noqa: E402
 from linearizer.heuristic import hand_coded_optimizations  # noqa: E402
 from linearizer.kernel import Kernel  # noqa: E402
 from linearizer.lower import lower  # noqa: E402
+from linearizer import reference  # noqa: E402
+from linearizer.compare import compare as check  # noqa: E402
+from tunesvc import runtime  # noqa: E402
 from tunesvc.cache import OptsCache  # noqa: E402
 from tunesvc.integrations import tinygrad as tsvc  # noqa: E402
 from tests.tinygrad_suite import compare  # noqa: E402
@@ -122,6 +125,32 @@ def test_symbolic_shapes_in_tinyjit(enabled):
   s = tsvc.stats()
   assert s["fallback"] == 0 and s["runs"] >= 10, s
   assert sum(bool(k.vars) and runs >= 5 for k, runs in tsvc.kernels()) == 2, "the symbolic matmul and exp: a kernel each, every call"
+
+def test_grouped_kv_heads_over_a_symbolic_cache(enabled):
+  """LLaMA's decode step with grouped KV heads: the cache's start_pos+1 rows expanded to the query heads make a view
+  below the last with a symbolic dim (its outermost: the converter gives its bound). Every kernel tunesvc's, equal to
+  numpy and, at several start_pos, to the reference interpreter."""
+  rng = np.random.default_rng(8)
+  cache = rng.standard_normal((16, 2, 8)).astype(np.float32)  # 16 positions x 2 KV heads x head_dim 8
+  q = rng.standard_normal((4, 1, 8)).astype(np.float32)  # 4 query heads: 2 for each KV head
+  @TinyJit
+  def f(q, kv): return (q @ kv.reshape(kv.shape[0], 2, 1, 8).expand(kv.shape[0], 2, 2, 8).reshape(kv.shape[0], 4, 8).permute(1, 2, 0)).realize()
+  for n in (3, 7, 2, 9):
+    got = f(Tensor(q), Tensor(cache).shrink(((0, Variable("start_pos", 1, 15).bind(n) + 1), None, None))).reshape(4, 1, n + 1).numpy()
+    kv = np.repeat(cache[:n + 1], 2, axis=1).transpose(1, 2, 0)  # (4, 8, n+1)
+    np.testing.assert_allclose(got, q @ kv, rtol=1e-5, atol=1e-6)
+  s = tsvc.stats()
+  assert s["fallback"] == 0, s
+  grouped = [k for k, _ in tsvc.kernels() if k.vars and any(n.op == "LOAD" and len(n.arg.st.views) > 1 for n in k.nodes)]
+  assert grouped, [k.name for k, _ in tsvc.kernels()]
+  for k in grouped:
+    for n in (1, 8, 15):
+      vv = {v.name: n for v in k.vars}
+      bufs = reference.random_buffers(k, vv, seed=n)
+      want = [b.copy() for b in bufs]
+      runtime.run_kernel(k, bufs, device=enabled, opts=[], var_vals=vv)
+      reference.run(k, want, vv)
+      assert check(k, bufs, want, vv) is None
 
 def test_a_failing_compile_falls_back_to_tinygrad(monkeypatch):
   monkeypatch.setenv("TUNESVC_CC", "/nonexistent/cc")  # tunesvc's CPU backend has no compiler: every kernel falls back

@@ -2,14 +2,16 @@
 (embeddings, attention with a padding mask, softmax, LayerNorm, GELU, a tanh pooler, log_softmax) in a TinyJit, a small
 UNet (BatchNorm, GroupNorm, max and average pooling, nearest upsampling by expand, a transposed conv, skip concats, SiLU,
 LeakyReLU, ELU, sigmoid), and a training step of an MNIST-style convnet (tinygrad's beautiful_mnist: BatchNorm in
-training mode, sparse categorical cross-entropy, backward, SGD with momentum) in a TinyJit. Each is a function of nothing
-returning one numpy array, the same on every call."""
+training mode, sparse categorical cross-entropy, backward, SGD with momentum) in a TinyJit, and a LLaMA-style decoder
+(RMSNorm, rotary embeddings, grouped KV heads, SwiGLU, a causal mask, a KV cache) decoding with a symbolic start_pos in
+a TinyJit. Each is a function of nothing returning one numpy array, the same on every call."""
 import numpy as np
 from tinygrad import Tensor
 from tinygrad.jit import TinyJit
 from tinygrad.nn import BatchNorm2d, Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear
 from tinygrad.nn.optim import SGD
 from tinygrad.nn.state import get_parameters, get_state_dict
+from tinygrad.shape.symbolic import Variable
 
 
 class EncoderLayer:
@@ -67,7 +69,7 @@ def seeded(m, seed: int) -> None:
   """Random weights (BatchNorm's running variance positive), as a pretrained model's would be: never the init's zeros."""
   rng = np.random.default_rng(seed)
   for k, t in get_state_dict(m).items():
-    if "num_batches" in k: continue
+    if "num_batches" in k or k == "rope": continue  # a counter, a table of cos and sin: no weights
     val = np.abs(rng.standard_normal(t.shape)) + 0.5 if "running_var" in k else rng.standard_normal(t.shape) * 0.3
     t.assign(Tensor(val.astype(t.dtype.np))).realize()
 
@@ -100,4 +102,85 @@ def train() -> np.ndarray:
   losses = [step(Tensor(X), Tensor(Y)).numpy() for _ in range(3)]  # run, capture, replay
   return np.concatenate([np.array(losses).ravel(), m.layers[-1].weight.numpy().ravel()])
 
-PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train}
+
+
+
+def rope_table(head_dim: int, end: int, theta=10000.0) -> Tensor:
+  """cos and sin of every position times each frequency pair, (1, end, 1, head_dim//2, 2), realized once as LLaMA's is."""
+  freqs = 1.0 / (theta ** (Tensor.arange(0, head_dim, 2) / head_dim))
+  angles = Tensor.arange(end).unsqueeze(1) * freqs.unsqueeze(0)
+  return Tensor.stack([angles.cos(), angles.sin()], dim=-1).reshape(1, end, 1, head_dim // 2, 2).realize()
+
+def rotate(x: Tensor, rope: Tensor) -> Tensor:
+  """x's pairs (re, im) times the positions' (cos, sin): the complex product written on a trailing axis of 2."""
+  x = x.reshape(*x.shape[:-1], -1, 2)
+  a, b, c, s = x[..., 0:1], x[..., 1:2], rope[..., 0:1], rope[..., 1:2]
+  return (a * c - b * s).cat(a * s + b * c, dim=-1).flatten(3)
+
+class RMSNorm:
+  def __init__(self, dim, eps=1e-5): self.eps, self.weight = eps, Tensor.ones(dim)
+  def __call__(self, x): return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt() * self.weight
+
+class Attention:
+  def __init__(self, dim, heads, kv_heads, max_context):
+    self.heads, self.kv_heads, self.head_dim, self.max_context = heads, kv_heads, dim // heads, max_context
+    self.wq, self.wo = Linear(dim, dim, bias=False), Linear(dim, dim, bias=False)
+    self.wk, self.wv = Linear(dim, kv_heads * self.head_dim, bias=False), Linear(dim, kv_heads * self.head_dim, bias=False)
+  def __call__(self, x, start_pos, rope, mask):
+    b, t, _ = x.shape
+    q = rotate(self.wq(x).reshape(b, t, self.heads, self.head_dim), rope)
+    k = rotate(self.wk(x).reshape(b, t, self.kv_heads, self.head_dim), rope)
+    v = self.wv(x).reshape(b, t, self.kv_heads, self.head_dim)
+    if not hasattr(self, "cache_k"):
+      self.cache_k, self.cache_v = [Tensor.zeros(b, self.max_context, self.kv_heads, self.head_dim).contiguous().realize() for _ in range(2)]
+    if isinstance(start_pos, Variable):  # while decoding: the cache's first start_pos rows, a symbolic shrink
+      past = (None, (0, start_pos), None, None)
+      k, v = self.cache_k.shrink(past).cat(k, dim=1), self.cache_v.shrink(past).cat(v, dim=1)
+    pad = (None, (0, self.max_context - start_pos - t), None, None)
+    self.cache_k.assign(k.pad(pad).contiguous()).realize()
+    self.cache_v.assign(v.pad(pad).contiguous()).realize()
+    rep = self.heads // self.kv_heads  # grouped KV heads: each serves rep query heads
+    k, v = [y.reshape(b, y.shape[1], self.kv_heads, 1, self.head_dim).expand(b, y.shape[1], self.kv_heads, rep, self.head_dim)
+            .reshape(b, y.shape[1], self.heads, self.head_dim).transpose(1, 2) for y in (k, v)]
+    out = q.transpose(1, 2).scaled_dot_product_attention(k, v, mask)
+    return self.wo(out.transpose(1, 2).reshape(b, t, -1))
+
+class DecoderBlock:
+  def __init__(self, dim, heads, kv_heads, hidden, max_context):
+    self.attn, self.attn_norm, self.ffn_norm = Attention(dim, heads, kv_heads, max_context), RMSNorm(dim), RMSNorm(dim)
+    self.w1, self.w2, self.w3 = Linear(dim, hidden, bias=False), Linear(hidden, dim, bias=False), Linear(dim, hidden, bias=False)
+  def __call__(self, x, start_pos, rope, mask):
+    h = x + self.attn(self.attn_norm(x), start_pos, rope, mask)
+    y = self.ffn_norm(h)
+    return h + self.w2(self.w1(y).silu() * self.w3(y))  # SwiGLU
+
+class Llama:
+  """LLaMA's decoder at toy size, as tinygrad's examples/llama.py runs it: the prompt at start_pos 0 with a causal mask,
+  then one token a step with start_pos a bound Variable in a TinyJit (symbolic views of the KV cache and the rope table)."""
+  def __init__(self, vocab=64, dim=32, heads=4, kv_heads=2, hidden=64, layers=1, max_context=16):
+    self.tok, self.norm, self.out = Embedding(vocab, dim), RMSNorm(dim), Linear(dim, vocab, bias=False)
+    self.layers, self.max_context = [DecoderBlock(dim, heads, kv_heads, hidden, max_context) for _ in range(layers)], max_context
+    self.rope = rope_table(dim // heads, max_context)
+    self.step = TinyJit(self.forward)
+  def forward(self, tokens, start_pos):
+    t = tokens.shape[1]
+    rope = self.rope.shrink((None, (start_pos, start_pos + t), None, None, None))
+    mask = Tensor.full((1, 1, t, t), float("-inf")).triu(1).realize() if t > 1 else None
+    h = self.tok(tokens)
+    for l in self.layers: h = l(h, start_pos, rope, mask)
+    return self.out(self.norm(h))[:, -1].realize()
+  def __call__(self, tokens, start_pos: int):
+    if tokens.shape[1] > 1: return self.forward(tokens, start_pos)
+    return self.step(tokens, Variable("start_pos", 1, self.max_context - 1).bind(start_pos))
+
+def llama() -> np.ndarray:
+  """A 5-token prompt, then 4 decoding steps fed fixed tokens (greedy sampling would turn a near tie into another token): the
+  logits of every step; the JIT runs, captures, then replays the symbolic step."""
+  rng, m = np.random.default_rng(1), Llama()
+  seeded(m, 5)
+  toks = rng.integers(0, 64, 9).astype(np.int32)
+  logits = [m(Tensor(toks[None, :5]), 0).numpy()]
+  logits += [m(Tensor(toks[None, p:p + 1]), p).numpy() for p in range(5, 9)]
+  return np.concatenate(logits).ravel()
+
+PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train, "llama_decode": llama}

@@ -30,9 +30,18 @@ def sym(x: Any):
   if isinstance(x, (LtNode, AndNode)): raise Unsupported("symbolic comparison in a view")
   return x.render() if isinstance(x, Node) else int(x)
 
+def lower_shape(shape: tuple) -> list:
+  """A view below the last only decodes the flat position above it by its dims, and its outermost dim (every dim before
+  it 1) is that position's quotient by the dims inside, which never reaches its size: a symbolic size there says no more
+  than its upper bound, which the format takes (only the last view may be symbolic). Grouped KV heads over a KV cache of
+  start_pos+1 rows are such a view; a symbolic dim further in stays, and fails validation."""
+  outer = next((k for k, s in enumerate(shape) if sym(s) != 1), None)
+  return [s.max if k == outer and isinstance(s, Node) else sym(s) for k, s in enumerate(shape)]
+
 def st_doc(st: ShapeTracker) -> dict:
-  return {"views": [{"shape": [sym(s) for s in v.shape], "strides": [sym(s) for s in v.strides], "offset": sym(v.offset),
-                     "mask": None if v.mask is None else [[sym(lo), sym(hi)] for lo, hi in v.mask]} for v in st.views]}
+  return {"views": [{"shape": [sym(s) for s in v.shape] if i == len(st.views) - 1 else lower_shape(v.shape),
+                     "strides": [sym(s) for s in v.strides], "offset": sym(v.offset),
+                     "mask": None if v.mask is None else [[sym(lo), sym(hi)] for lo, hi in v.mask]} for i, v in enumerate(st.views)]}
 
 def const_val(val: float, dt: str):
   if dt == "bool": return bool(val)
