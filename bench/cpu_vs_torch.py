@@ -31,6 +31,10 @@ pre = argparse.ArgumentParser(add_help=False)
 pre.add_argument("--threads", type=int, default=2)
 THREADS = pre.parse_known_args()[0].threads
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"): os.environ[var] = str(THREADS)  # before numpy loads OpenBLAS
+# and OpenBLAS's threads asleep at once after a call (bench/cpu_kernels.py's reason), here too: numpy is loaded below
+# before cpu_kernels could set it, so its spinning threads took the second core from the turn after numpy's (2 threads,
+# quiet: the hand-coded matmul_1024 23.9 ms right after numpy, the same code 10.6 ms a turn later)
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 import ctypes, datetime, gzip, json, math, random, shlex, subprocess, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
