@@ -53,9 +53,12 @@ def report(folder: str, top: int) -> None:
   files: collections.Counter = collections.Counter()
   for r in rows: files[r["test"].split("::")[0]] += cpu(r)
   print("CPU s by file: " + ", ".join(f"{Path(f).name} {s:.0f}" for f, s in files.most_common()))
-  print(f"{'wall':>7} {'CPU':>7} {'start':>6}  worker test")
+  # more CPU than its cores could spend in its wall time: most of it is reaped from processes earlier tests started (a
+  # shared compile pool closed: its whole compile history), not the test's own (two such led a session to the wrong tests)
+  earlier = lambda r: cpu(r) > r["wall"] * (os.cpu_count() or 1) + 1.0
+  print(f"{'wall':>7} {'CPU':>7} {'start':>6}  worker test   (*: more CPU than the cores allow in its wall time: reaped from earlier tests)")
   for r in sorted(rows, key=lambda r: -max(r["wall"], cpu(r)))[:top]:
-    print(f"{r['wall']:7.1f} {cpu(r):7.1f} {r['start'] - t0:6.0f}  {r['worker']} {r['test']}")
+    print(f"{r['wall']:7.1f} {cpu(r):7.1f}{'*' if earlier(r) else ' '}{r['start'] - t0:5.0f}  {r['worker']} {r['test']}")
 
 
 def against(folder: str, other: str, top: int) -> None:

@@ -274,7 +274,6 @@ def test_where_the_fastest_are_all_threaded_the_fastest_single_threaded_one_is_a
   assert b is base and win is single and med[id(single)] == 0.5 and cond["busy"]
 
 
-@pytest.mark.slow  # its spinner burns a core for the whole search: 20 CPU-s in a busy cold run (3 in another: nice 19 under load)
 def test_tune_while_another_process_keeps_a_core_busy_stores_no_winner_slower_than_the_baseline_and_says_it_was_busy():
   # the done-when test of issue 13: a spinning process the whole time; the THREAD baseline suffers most from it
   k = reduce("SUM", (1024, 1024), (1,))
