@@ -1,15 +1,16 @@
 """Programs written the way tinygrad 0.8.0's own examples are, none of them the benchmark's models: a BERT-style encoder
-(embeddings, attention with a padding mask, softmax, LayerNorm, GELU, a tanh pooler, log_softmax) in a TinyJit, a small
+(embeddings, attention with a padding mask, softmax, LayerNorm, GELU, a tanh pooler, log_softmax) in a TinyJit; a small
 UNet (BatchNorm, GroupNorm, max and average pooling, nearest upsampling by expand, a transposed conv, skip concats, SiLU,
-LeakyReLU, ELU, sigmoid), and a training step of an MNIST-style convnet (tinygrad's beautiful_mnist: BatchNorm in
-training mode, sparse categorical cross-entropy, backward, SGD with momentum) in a TinyJit, and a LLaMA-style decoder
-(RMSNorm, rotary embeddings, grouped KV heads, SwiGLU, a causal mask, a KV cache) decoding with a symbolic start_pos in
-a TinyJit. Each is a function of nothing returning one numpy array, the same on every call."""
+LeakyReLU, ELU, sigmoid); a training step of an MNIST-style convnet (tinygrad's beautiful_mnist: BatchNorm in training
+mode, sparse categorical cross-entropy, backward, SGD with momentum) in a TinyJit; a LLaMA-style decoder (RMSNorm,
+rotary embeddings, grouped KV heads, SwiGLU, a causal mask, a KV cache) decoding with a symbolic start_pos in a TinyJit;
+and a small transformer classifier trained by AdamW under a warmup-cosine learning-rate schedule in a TinyJit. Each is a
+function of nothing returning one numpy array, the same on every call."""
 import numpy as np
 from tinygrad import Tensor
 from tinygrad.jit import TinyJit
 from tinygrad.nn import BatchNorm2d, Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear
-from tinygrad.nn.optim import SGD
+from tinygrad.nn.optim import SGD, AdamW
 from tinygrad.nn.state import get_parameters, get_state_dict
 from tinygrad.shape.symbolic import Variable
 
@@ -183,4 +184,53 @@ def llama() -> np.ndarray:
   logits += [m(Tensor(toks[None, p:p + 1]), p).numpy() for p in range(5, 9)]
   return np.concatenate(logits).ravel()
 
-PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train, "llama_decode": llama}
+class CosineWarmup:
+  """A learning-rate schedule as tinygrad's extra/lr_scheduler.py writes one: a step counter Tensor and the optimizer's
+  lr Tensor assigned from it (at the start and after each step), so a TinyJit replays the schedule: a linear warmup to
+  the peak, then a cosine decay to 0 at `total` steps."""
+  def __init__(self, opt, peak: float, warmup: int, total: int):
+    self.opt, self.peak, self.warmup, self.total, self.t = opt, peak, warmup, total, Tensor([0.0], requires_grad=False).contiguous()
+    self.opt.lr.assign(self.lr()).realize()
+  def lr(self) -> Tensor:
+    decay = 0.5 * (1 + ((self.t - self.warmup) / (self.total - self.warmup) * np.pi).cos())
+    return (self.t < self.warmup).where((self.t + 1) / self.warmup, decay) * self.peak
+  def step(self) -> None:
+    self.t.assign(self.t + 1).realize()
+    self.opt.lr.assign(self.lr()).realize()
+
+class Classifier:
+  """A one-layer pre-LayerNorm transformer block over token sequences, mean-pooled to classes. Its attention projections have no
+  bias (a key's bias shifts a softmax row uniformly, so its gradient is rounding noise, which Adam's g/sqrt(v) blows up),
+nor, as LLaMA's, its feed-forward layers (fewer kernels to build)."""
+  def __init__(self, vocab=32, dim=32, heads=4, maxlen=8, classes=4):
+    self.tok, self.pos, self.ln1, self.ln2 = Embedding(vocab, dim), Embedding(maxlen, dim), LayerNorm(dim), LayerNorm(dim)
+    self.qkv, self.o, self.heads = Linear(dim, 3 * dim, bias=False), Linear(dim, dim, bias=False), heads
+    self.ff1, self.ff2, self.head = Linear(dim, 2 * dim, bias=False), Linear(2 * dim, dim, bias=False), Linear(dim, classes)
+  def __call__(self, ids):
+    b, t = ids.shape
+    x = self.tok(ids) + self.pos(Tensor.arange(t).reshape(1, t))
+    q, k, v = [y.reshape(b, t, self.heads, -1).transpose(1, 2) for y in self.qkv(self.ln1(x)).chunk(3, dim=2)]
+    x = x + self.o(q.scaled_dot_product_attention(k, v).transpose(1, 2).reshape(b, t, -1))
+    x = x + self.ff2(self.ff1(self.ln2(x)).gelu())
+    return self.head(x.mean(1))
+
+def adamw_train() -> np.ndarray:
+  """Five AdamW steps on one batch with the schedule (bias corrections: pow of the step count; sqrt; division): the
+  losses, then the classifier's weights."""
+  rng, m = np.random.default_rng(1), Classifier()
+  seeded(m, 6)
+  X, Y = rng.integers(0, 32, (8, 8)).astype(np.int32), rng.integers(0, 4, (8,)).astype(np.int32)
+  opt = AdamW(get_parameters(m), lr=0.0, wd=0.01)
+  sched = CosineWarmup(opt, peak=3e-3, warmup=2, total=5)
+  @TinyJit
+  def step(x, y):
+    with Tensor.train():
+      opt.zero_grad()
+      loss = m(x).sparse_categorical_crossentropy(y).backward()
+      opt.step()
+      sched.step()
+      return loss.realize()
+  losses = [step(Tensor(X), Tensor(Y)).numpy() for _ in range(5)]  # run, capture, replay
+  return np.concatenate([np.array(losses).ravel(), m.head.weight.numpy().ravel()])
+
+PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train, "llama_decode": llama, "adamw_train_step": adamw_train}
