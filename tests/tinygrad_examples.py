@@ -87,21 +87,26 @@ def unet() -> np.ndarray:
   seeded(m, 3)
   return m(Tensor(rng.standard_normal((1, 3, 32, 32)).astype(np.float32))).numpy()
 
-def train() -> np.ndarray:
-  """Three steps on one batch of 16: the losses, then the last layer's weights."""
-  rng, m = np.random.default_rng(1), ConvNet()
-  seeded(m, 4)
-  X, Y = rng.standard_normal((16, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, (16,)).astype(np.int32)
-  opt = SGD(get_parameters(m), lr=0.01, momentum=0.9)  # Adam's g/sqrt(v) is sign(g) at step one: a 1-ulp change flips a weight
+def fit(m, opt, X: np.ndarray, Y: np.ndarray, steps: int, sched=None) -> np.ndarray:
+  """`steps` training steps on one batch in a TinyJit (run, capture, then replays), the schedule stepped after each
+  optimizer step: the losses."""
   @TinyJit
   def step(x, y):
     with Tensor.train():
       opt.zero_grad()
       loss = m(x).sparse_categorical_crossentropy(y).backward()
       opt.step()
+      if sched: sched.step()
       return loss.realize()
-  losses = [step(Tensor(X), Tensor(Y)).numpy() for _ in range(3)]  # run, capture, replay
-  return np.concatenate([np.array(losses).ravel(), m.layers[-1].weight.numpy().ravel()])
+  return np.array([step(Tensor(X), Tensor(Y)).numpy() for _ in range(steps)]).ravel()
+
+def train() -> np.ndarray:
+  """Three steps on one batch of 16: the losses, then the last layer's weights."""
+  rng, m = np.random.default_rng(1), ConvNet()
+  seeded(m, 4)
+  X, Y = rng.standard_normal((16, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, (16,)).astype(np.int32)
+  opt = SGD(get_parameters(m), lr=0.01, momentum=0.9)  # Adam's g/sqrt(v) is sign(g) at step one: a 1-ulp change flips a weight
+  return np.concatenate([fit(m, opt, X, Y, 3), m.layers[-1].weight.numpy().ravel()])
 
 
 
@@ -221,16 +226,7 @@ def adamw_train() -> np.ndarray:
   seeded(m, 6)
   X, Y = rng.integers(0, 32, (8, 8)).astype(np.int32), rng.integers(0, 4, (8,)).astype(np.int32)
   opt = AdamW(get_parameters(m), lr=0.0, wd=0.01)
-  sched = CosineWarmup(opt, peak=3e-3, warmup=2, total=5)
-  @TinyJit
-  def step(x, y):
-    with Tensor.train():
-      opt.zero_grad()
-      loss = m(x).sparse_categorical_crossentropy(y).backward()
-      opt.step()
-      sched.step()
-      return loss.realize()
-  losses = [step(Tensor(X), Tensor(Y)).numpy() for _ in range(5)]  # run, capture, replay
-  return np.concatenate([np.array(losses).ravel(), m.head.weight.numpy().ravel()])
+  losses = fit(m, opt, X, Y, 5, CosineWarmup(opt, peak=3e-3, warmup=2, total=5))
+  return np.concatenate([losses, m.head.weight.numpy().ravel()])
 
 PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train, "llama_decode": llama, "adamw_train_step": adamw_train}
