@@ -4,8 +4,9 @@ UNet (BatchNorm, GroupNorm, max and average pooling, nearest upsampling by expan
 LeakyReLU, ELU, sigmoid); a training step of an MNIST-style convnet (tinygrad's beautiful_mnist: BatchNorm in training
 mode, sparse categorical cross-entropy, backward, SGD with momentum) in a TinyJit; a LLaMA-style decoder (RMSNorm,
 rotary embeddings, grouped KV heads, SwiGLU, a causal mask, a KV cache) decoding with a symbolic start_pos in a TinyJit;
-and a small transformer classifier trained by AdamW under a warmup-cosine learning-rate schedule in a TinyJit. Each is a
-function of nothing returning one numpy array, the same on every call."""
+a small transformer classifier trained by AdamW under a warmup-cosine learning-rate schedule in a TinyJit; two stacked
+LSTM cells unrolled one TinyJit call a step, their state fed back; and a ViT's patch embedding (a strided conv, a class
+token) and attention block. Each is a function of nothing returning one numpy array, the same on every call."""
 import numpy as np
 from tinygrad import Tensor
 from tinygrad.jit import TinyJit
@@ -229,4 +230,57 @@ def adamw_train() -> np.ndarray:
   losses = fit(m, opt, X, Y, 5, CosineWarmup(opt, peak=3e-3, warmup=2, total=5))
   return np.concatenate([losses, m.head.weight.numpy().ravel()])
 
-PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train, "llama_decode": llama, "adamw_train_step": adamw_train}
+class LSTMCell:
+  """tinygrad's extra/models/rnnt.py's cell: one matmul pair for the four gates, h and c stacked in one realized Tensor."""
+  def __init__(self, inp, hidden):
+    k = hidden ** -0.5
+    self.w_ih, self.w_hh = Tensor.uniform(4 * hidden, inp, low=-k, high=k), Tensor.uniform(4 * hidden, hidden, low=-k, high=k)
+    self.b_ih, self.b_hh = Tensor.uniform(4 * hidden, low=-k, high=k), Tensor.uniform(4 * hidden, low=-k, high=k)
+  def __call__(self, x, hc):
+    b = x.shape[0]
+    i, f, g, o = (x.linear(self.w_ih.T, self.b_ih) + hc[:b].linear(self.w_hh.T, self.b_hh)).chunk(4, 1)
+    c = f.sigmoid() * hc[b:] + i.sigmoid() * g.tanh()
+    return Tensor.cat(o.sigmoid() * c.tanh(), c).realize()
+
+def lstm() -> np.ndarray:
+  """Two stacked cells unrolled over 6 steps of a batch of 3, each step one TinyJit call (run, capture, replays): every
+  step's top hidden state."""
+  rng, cells = np.random.default_rng(1), [LSTMCell(10, 16), LSTMCell(16, 16)]
+  for k, c in enumerate(cells): seeded(c, 7 + k)
+  @TinyJit
+  def step(x, hc0, hc1):
+    hc0 = cells[0](x, hc0)
+    return hc0, cells[1](hc0[:3], hc1)
+  hc0, hc1 = [Tensor.zeros(6, 16).contiguous().realize() for _ in range(2)]
+  out = []
+  for x in rng.standard_normal((6, 3, 10)).astype(np.float32):
+    hc0, hc1 = step(Tensor(x), hc0, hc1)
+    out.append(hc1[:3].numpy())
+  return np.concatenate(out).ravel()
+
+class ViT:
+  """A vision transformer's front at toy size: patches by a strided conv, a class token, learned positions, one
+  pre-LayerNorm block with multi-head attention and a GELU MLP, the class token's logits."""
+  def __init__(self, patch=4, dim=32, heads=4, size=16, classes=10):
+    n = (size // patch) ** 2 + 1
+    self.embed, self.cls, self.pos = Conv2d(3, dim, patch, stride=patch), Tensor.zeros(1, 1, dim), Tensor.zeros(1, n, dim)
+    self.ln1, self.ln2, self.norm = LayerNorm(dim), LayerNorm(dim), LayerNorm(dim)
+    self.qkv, self.proj, self.heads = Linear(dim, 3 * dim), Linear(dim, dim), heads
+    self.fc1, self.fc2, self.head = Linear(dim, 4 * dim), Linear(4 * dim, dim), Linear(dim, classes)
+  def __call__(self, img):
+    b = img.shape[0]
+    x = self.embed(img).flatten(2).transpose(1, 2)
+    x = self.cls.expand(b, 1, x.shape[2]).cat(x, dim=1) + self.pos
+    t, d = x.shape[1], x.shape[2]
+    q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+    x = x + self.proj(q.scaled_dot_product_attention(k, v).transpose(1, 2).reshape(b, t, d))
+    x = x + self.fc2(self.fc1(self.ln2(x)).gelu())
+    return self.head(self.norm(x)[:, 0])
+
+def vit() -> np.ndarray:
+  rng, m = np.random.default_rng(1), ViT()
+  seeded(m, 9)
+  return m(Tensor(rng.standard_normal((2, 3, 16, 16)).astype(np.float32))).numpy()
+
+PROGRAMS = {"bert_encoder": bert, "unet": unet, "mnist_train_step": train, "llama_decode": llama, "adamw_train_step": adamw_train,
+            "lstm_unrolled": lstm, "vit": vit}
