@@ -23,7 +23,7 @@ from tunesvc import runtime  # noqa: E402
 from tunesvc.cache import OptsCache  # noqa: E402
 from tunesvc.integrations import tinygrad as tsvc  # noqa: E402
 from tests.tinygrad_suite import compare  # noqa: E402
-from tests.tinygrad_examples import PROGRAMS  # noqa: E402
+from tests.tinygrad_examples import PROGRAMS, llama  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_opencl = pytest.mark.skipif("OPENCL" not in registry.available(), reason="no OpenCL device (PoCL: pocl-opencl-icd)")
@@ -100,6 +100,22 @@ def test_example_style_programs_match_plain_tinygrad(name, device):
   assert s["compiled"] > 0 and s["fallback"] == 0, s
   # two codegens sum in different orders; a training step's updates carry those differences on (1e-4)
   np.testing.assert_allclose(got, want, rtol=1e-4 if name in TRAINING else 1e-5, atol=1e-6)
+
+@pytest.mark.slow
+def test_a_float16_decoder_is_within_float16s_precision_of_float32():
+  """The LLaMA-style decoder with float16 as tinygrad's default float (weights, KV cache, activations) on tunesvc gives
+  the float32 model's logits (plain CLANG's) to float16's precision: 11 bits, carried through ~50 kernels. Plain tinygrad
+  0.8.0 on clang is no reference here: its float16 exp2 and sqrt are wrong (exp(1) gives 2.2e-5, rsqrt(1) 0), so its
+  logits come out ~1e-5."""
+  Compiled.get_runner.cache_clear()
+  want = on_clang(llama)
+  tsvc.enable()
+  try: got = llama(dtypes.float16)
+  finally: tsvc.disable()
+  s = tsvc.stats()
+  assert s["compiled"] > 0 and s["fallback"] == 0, s
+  assert got.dtype == np.float16
+  np.testing.assert_allclose(got.astype(np.float32), want, rtol=0, atol=1e-2 * np.abs(want).max())
 
 def test_an_out_of_range_float_to_int_cast_saturates_in_every_kernel(enabled):
   """tunesvc's defined cast (docs/kernel-format.md) where C's is undefined: the same value whether the float is loaded

@@ -8,7 +8,7 @@ a small transformer classifier trained by AdamW under a warmup-cosine learning-r
 LSTM cells unrolled one TinyJit call a step, their state fed back; and a ViT's patch embedding (a strided conv, a class
 token) and attention block. Each is a function of nothing returning one numpy array, the same on every call."""
 import numpy as np
-from tinygrad import Tensor
+from tinygrad import Tensor, dtypes
 from tinygrad.jit import TinyJit
 from tinygrad.nn import BatchNorm2d, Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear
 from tinygrad.nn.optim import SGD, AdamW
@@ -180,14 +180,18 @@ class Llama:
     if tokens.shape[1] > 1: return self.forward(tokens, start_pos)
     return self.step(tokens, Variable("start_pos", 1, self.max_context - 1).bind(start_pos))
 
-def llama() -> np.ndarray:
+def llama(dtype=dtypes.float32) -> np.ndarray:
   """A 5-token prompt, then 4 decoding steps fed fixed tokens (greedy sampling would turn a near tie into another token): the
-  logits of every step; the JIT runs, captures, then replays the symbolic step."""
-  rng, m = np.random.default_rng(1), Llama()
-  seeded(m, 5)
-  toks = rng.integers(0, 64, 9).astype(np.int32)
-  logits = [m(Tensor(toks[None, :5]), 0).numpy()]
-  logits += [m(Tensor(toks[None, p:p + 1]), p).numpy() for p in range(5, 9)]
+  logits of every step; the JIT runs, captures, then replays the symbolic step. `dtype` is the model's float (its
+  weights, cache and activations), as a HALF=1 example sets tinygrad's default float."""
+  default, dtypes.default_float = dtypes.default_float, dtype
+  try:
+    rng, m = np.random.default_rng(1), Llama()
+    seeded(m, 5)
+    toks = rng.integers(0, 64, 9).astype(np.int32)
+    logits = [m(Tensor(toks[None, :5]), 0).numpy()]
+    logits += [m(Tensor(toks[None, p:p + 1]), p).numpy() for p in range(5, 9)]
+  finally: dtypes.default_float = default
   return np.concatenate(logits).ravel()
 
 class CosineWarmup:
