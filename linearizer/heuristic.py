@@ -41,6 +41,7 @@ PIXEL_TILE_512, PIXEL_TILE = 14, 12
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
 PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at most 1/16 of its work wasted
+PAD_REDUCE = 64  # ... under a reduce of at least this many elements
 POOL_WINDOW = 16  # the positions of a pooling window (3x3, 2x2) _streamed_row reads at a stride of 2
 
 def _group_reduce(k: Kernel) -> bool:
@@ -184,8 +185,11 @@ def _padded_pixels(t: Kernel, pixels: list[int], budget: int) -> int:
   tile then takes: 0 where it does not apply. Only its last tile's loads of the other operand are masked, and padded
   outputs are not stored. The LM head, 128x768 @ 50257x768^T, 1 thread, busy Zen 4: one vector of 16 rows a column with
   the reduce unrolled 430 ms, 2 vectors x 8 padded columns 158-167 ms (OpenBLAS 180-205), x 7 175, x 6 178, one vector
-  x 12 254."""
+  x 12 254. Not over a short reduce, whose few multiply-adds do not pay for the padded tile's masked loads and its lanes
+  stored one by one (16x1031 @ 32 deep: 0.83x of the unrolled reduce's one accumulator; 64x139 @ 40: 0.95x; 64 deep:
+  1.29-1.36x; 96: 1.40x; busy Zen 4)."""
   if not pixels or _tile_part(t, pixels, 0, budget) is not None or not isinstance(size := t.full_shape[pixels[0]], int): return 0
+  if math.prod(smax(s) for i, s in enumerate(t.full_shape) if t.is_reduce_axis(i)) < PAD_REDUCE: return 0
   amt = 1 << ((budget + 1).bit_length() - 1)
   return amt if amt > 1 and size >= PAD_WASTE * amt and _try(t, Opt(OptOp.PADTO, pixels[0], amt)) else 0
 
