@@ -75,6 +75,16 @@ class Workshop:
           self._runners[module] = (runner, used + 1)
       if not keep: runner.close()
 
+  @contextlib.contextmanager
+  def idle_paused(self) -> Iterator[None]:
+    """The idle pools stopped while the block times on the CPU: a search that ended leaves its last compiles running
+    (their results unread), and a confirmation timed right after it counted them as the rest of the machine's load --
+    4 of a decoder's 10 confirmations waited for a quiet second and timed again, on a quiet machine."""
+    with self._lock: pools = list(self._pools.values())
+    with contextlib.ExitStack() as stack:
+      for p in pools: stack.enter_context(p.paused())
+      yield
+
   def keep_build(self, module: str, kernel_key: str, opts: list[dict], built: Built) -> None:
     with self._lock:
       self._builds[(module, kernel_key, json.dumps(opts))] = built

@@ -1,6 +1,6 @@
 """Workers against a real server: a job searched and reported end to end, SIGTERM giving the job back, and a worker
 killed with SIGKILL mid-search whose job another worker finishes once the lease expires."""
-import os, signal, socket, subprocess, sys, threading, time
+import contextlib, os, signal, socket, subprocess, sys, threading, time
 from types import SimpleNamespace
 import pytest
 from search_results import cpu_fingerprint, search_result
@@ -278,6 +278,27 @@ def test_a_confirmation_after_the_search_reuses_its_runner_and_reference_and_sti
   assert w._runners["devices.cpu"][0] is runner and runner.proc.is_alive() and case.exists()
   w.close()
   assert not case.exists() and not w._runners
+
+
+def test_a_confirmation_stops_the_compiles_its_search_left_running_while_it_times(monkeypatch):
+  # a search that ends leaves its last compiles running in the workshop's idle pool: a confirmation right after it counted
+  # them as the rest of the machine's load and waited for a quiet second (4 of a decoder's 10, quiet)
+  w, k = Workshop(), reduce("SUM", (64, 256), (1,))
+  with w.pool(1, 60.0) as pool: pool.submit(time.sleep, 30)  # a compile still running when its search gave the pool back
+  (slot,) = pool._slots
+  def state() -> str: return open(f"/proc/{slot.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+  seen, idle_paused = [], w.idle_paused
+  def recording():
+    with idle_paused():
+      end = time.monotonic() + 5  # a stop signal takes effect once the process is next scheduled: on a busy machine, later
+      while state() != "T" and time.monotonic() < end: time.sleep(0.01)
+      seen.append(state())
+      yield
+  monkeypatch.setattr(w, "idle_paused", contextlib.contextmanager(recording))
+  s = SearchSettings(measure=MeasureSettings(min_time_s=0.002), final=FinalSettings(final_rounds=2))
+  assert confirming.confirm(k, "CPU", [], s, workshop=w).verified
+  assert seen == ["T"] and state() != "T"  # stopped while the confirmation ran, running again after
+  w.close()
 
 
 def test_a_workshop_keeps_the_last_cases_only_and_never_removes_one_being_read():

@@ -4,7 +4,7 @@ each relative to its own baseline). A contended confirmation on the CPU is redon
 search's final check is (search/settings.py OnBusy), and one that stays contended raises DeviceBusy: the worker gives
 the job back to wait a while, and the store bounds how often (tunesvc/store/queue.py Backoff)."""
 from __future__ import annotations
-import importlib, statistics, threading, time
+import contextlib, importlib, statistics, threading, time
 from typing import Optional
 from devices import registry
 from linearizer import ACTION_SPACE_VERSION
@@ -34,7 +34,9 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
   hand_coded_optimizations(hand)
   cands = [Candidate([o.to_json() for o in hand.applied_opts], Status.PENDING), Candidate(opts, Status.PENDING, 1)]
   ws = workshop or WORKSHOP
-  with ws.runner(dev.__name__) as runner, ws.case(kr, vv, ms.seed) as case:  # the search's runner, and its case where it is kept
+  # the search's runner, and its case where it is kept; the compiles its search left running wait meanwhile
+  with ws.runner(dev.__name__) as runner, ws.case(kr, vv, ms.seed) as case, \
+       ws.idle_paused() if options.device == "CPU" else contextlib.nullcontext():
     runner.setup(case, vv)
     built: list[Built] = []
     for c in cands:  # the libraries this process's search timed where it kept them, else built here
