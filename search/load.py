@@ -89,8 +89,10 @@ class Checked(Generic[T]):
   busiest: str        # who used the most CPU in the last second a retry waited for quiet ("" where none waited)
 
   def conditions(self) -> dict:
-    """How it was measured, for the result: other load, drift, retimings, and where seen, steal and the busiest others."""
+    """How it was measured, for the result: other load, drift, retimings, busy (retimed or still contended), and where
+    seen, steal and the busiest others."""
     return {"other_load": round(self.other_load, 3), "drift": round(self.drift, 4), "retimed": self.retimed,
+            "busy": self.retimed > 0 or self.contended,
             **({"steal": round(self.steal, 3)} if self.steal else {}), **({"busiest": self.busiest} if self.busiest else {})}
 
   def busy(self, what: str) -> str:

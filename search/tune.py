@@ -209,7 +209,8 @@ class _Search:
       if self.effort < 1: win = base
       else: raise DeviceBusy(f"{check.busy('final checks')}: not stored")
     wt = rounds[id(win)]
-    conditions = {**check.conditions(), "effort": round(self.effort, 3), "busy": busy_search or check.retimed > 0 or check.contended,
+    measured_as = check.conditions()
+    conditions = {**measured_as, "effort": round(self.effort, 3), "busy": busy_search or measured_as["busy"],
                   "spread": round(max(wt) / min(wt), 4) if wt else None}
     return base, win, med, [b / w for b, w in zip(rounds[id(base)], wt)] or [1.0], conditions
 

@@ -71,4 +71,4 @@ def confirm(ast: KernelAST, device: str, opts: list[dict], settings: SearchSetti
                       bytes=ast.bytes(vv), baseline_opts=cands[0].opts, baseline_s=base_s, best_opts=opts, best_s=best_s,
                       speedup=base_s / best_s, speedup_spread=(min(ratios), max(ratios)), verified=cands[1].verified,
                       best_source=built[1].source, search_s=time.monotonic() - start, candidates=cands,
-                      conditions={**check.conditions(), "busy": check.retimed > 0 or check.contended})
+                      conditions=check.conditions())
