@@ -25,6 +25,11 @@ from typing import Callable, Optional
 # (6.6 vs 2.9 ms, 22.6 vs 9.6 ms). 2^4 cycles lets them sleep at once: numpy keeps all its threads and its own
 # times agree with --blocked runs. Set before numpy loads OpenBLAS; an explicit setting wins.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+# libgomp's idle threads (our kernels', and torch's in its child, which inherits this) spin 300,000 times after each
+# parallel region: ~6 ms of a core on this host, into the next contender's turn. 30,000 (~0.6 ms) keeps them awake over
+# the gaps inside a turn (the torch child's round trip: 75 us median, 142 us p90) and asleep within the next one's
+# untimed run. Set before the first kernel loads libgomp; an explicit setting wins.
+os.environ.setdefault("GOMP_SPINCOUNT", "30000")
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,18 +241,19 @@ def bench_kernel(name: str, args, tg: Optional[Tinygrad], tmp: Path, rng: np.ran
   res.update(measure_quietly({n: fns[n] for n in CONTENDERS if n in fns}, args, tg.proc.pid if tg is not None else None))
   return res
 
-def quiet(args, child: Optional[int]) -> None:
+def quiet(args, *children: Optional[int]) -> None:
   """Wait (up to --quiet-wait s) for the rest of the machine to go idle, saying so when that took a while."""
-  waited = wait_quiet(QUIET, args.quiet_wait, *[child] if child else [])[0] if args.quiet_wait > 0 else 0.0
+  waited = wait_quiet(QUIET, args.quiet_wait, *filter(None, children))[0] if args.quiet_wait > 0 else 0.0
   if waited > 1.5: print(f"  waited {waited:.0f} s for the machine to go quiet", file=sys.stderr)
 
-def measure_quietly(fns: dict[str, Callable[[], float]], args, child: Optional[int]) -> dict:
+def measure_quietly(fns: dict[str, Callable[[], float]], args, *children: Optional[int]) -> dict:
   """{times, other_load, attempts}: `measure` on a quiet machine, taken again (--retries) while the rest of the machine
-  disturbed it; the least disturbed attempt is kept. `child`: a process of ours whose CPU time is no disturbance."""
+  disturbed it; the least disturbed attempt is kept. `children`: processes of ours (contenders' helpers: their turns are
+  the run's own work; None is skipped) whose CPU time is no disturbance."""
   res: dict = {}
   for attempt in range(1 + args.retries):
-    quiet(args, child)
-    load = OtherLoad(*[child] if child else [])
+    quiet(args, *children)
+    load = OtherLoad(*filter(None, children))
     times = measure(fns, args.min_time, args.min_runs, args.max_runs, args.turn, args.blocked)
     if "times" not in res or load.cores() < res["other_load"]: res.update(times=times, other_load=load.cores(), attempts=attempt + 1)
     if res["other_load"] < QUIET: break
@@ -284,7 +290,8 @@ def machine(tg_info: Optional[dict], tg_dev: str, tg_why: str, beam: int = 0) ->
   return [f"- CPU: {fp['cpu']} ({fp['arch']}), {fp['threads']} hardware threads, ISA flags: {' '.join(fp['isa'])}",
           f"- tunesvc: commit {git('rev-parse', '--short', 'HEAD') or '?'}{dirty}; {fp['compiler_version']}, flags `{' '.join(fp['flags'])}`",
           f"- numpy {np.__version__}, BLAS {blas.get('name', '?')} {blas.get('version', '')} "
-          f"(OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT')}); Python {platform.python_version()}",
+          f"(OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT')}; libgomp, ours and torch's: "
+          f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}); Python {platform.python_version()}",
           f"- {tgl}"]
 
 def report(results: list[dict], cmd: str, facts: list[str], args) -> str:

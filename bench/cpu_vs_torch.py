@@ -57,7 +57,8 @@ from search.tune import SearchError, tune
 from tunesvc.runtime import compile_kernel
 
 TORCH_PIN = "2.13.0"
-TORCH_VENV, TORCH_HELPER = ROOT / "bench" / ".venv-torch", ROOT / "bench" / "_torch.py"
+# BENCH_TORCH_VENV: another checkout's venv (a worktree runs the main checkout's, never a second copy or a symlink)
+TORCH_VENV, TORCH_HELPER = Path(os.environ.get("BENCH_TORCH_VENV", ROOT / "bench" / ".venv-torch")), ROOT / "bench" / "_torch.py"
 CONTENDERS = ("hand", "tuned", "numpy", "eager", "compile", "tinygrad")
 HEADS = {"hand": "tunesvc hand-coded", "tuned": "tunesvc tuned", "numpy": "numpy", "eager": "torch eager",
          "compile": "torch.compile", "tinygrad": "tinygrad"}
@@ -336,7 +337,7 @@ def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache
   for who in [w for w in fns if (t := fns[w]()) > args.slow_s]:
     res["notes"][who] = f"{t * 1e3:.4g} ms (one run; over --slow-s, not interleaved)"
     del fns[who]
-  res.update(measure_quietly({n: fns[n] for n in CONTENDERS if n in fns}, args, None))
+  res.update(measure_quietly({n: fns[n] for n in CONTENDERS if n in fns}, args, *(ch.proc.pid for ch in (torch_child, tg) if ch is not None)))
   return res
 
 # ---------------------------------------------------------------- the report
@@ -474,7 +475,8 @@ def main() -> int:
     try:
       if "stream" in sel:
         print("stream triad ...", file=sys.stderr, flush=True)
-        stream = {"n": args.stream_n, "bytes": 12 * args.stream_n, **measure_quietly({"triad": stream_triad(tmp, args.stream_n)}, args, None)}
+        stream = {"n": args.stream_n, "bytes": 12 * args.stream_n, **measure_quietly({"triad": stream_triad(tmp, args.stream_n)}, args,
+                                                                                 *(ch.proc.pid for ch in (torch_child, tg) if ch is not None))}
       for c in cases:
         print(f"{c.name} ...", file=sys.stderr, flush=True)
         st = time.monotonic()
