@@ -182,6 +182,22 @@ def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
     assert not any(o.op in ("BLOCK", "PACK") for o in hand_coded_optimizations(Kernel(small, cpu.options())))
 
 
+def test_a_sum_over_columns_reads_its_rows_whole_in_blocks():
+  # a loop step read a tile-wide piece of a row, then jumped a row (4096x4096: 50% of the stream triad at 2 threads);
+  # blocked, a block of rows is read whole, the threads splitting the row's tiles (each its own outputs)
+  k = Kernel(cols := reduce("SUM", (1024, 4096), (0,)), replace(cpu.options(), threads=2))  # work enough for threads
+  opts = hand_coded_optimizations(k)
+  rows = math.prod(s for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted) if k.is_reduce_axis(i)) * k.full_shape[k.first_reduce]
+  # (the threads split axis 1 as it was then: the first global axis, after the block's)
+  assert len(k.reduce_blocks) == 1 and 2 <= rows <= 8 and opts[-1].op == "THREAD" and opts[-1].axis == 1, opts
+  got = check(cols, opts=opts, seed=5)
+  assert np.array_equal(got, check(cols, opts=[o for o in opts if o.op not in ("BLOCK", "THREAD")], seed=5))  # the same sums
+  # not a MAX (a blocked reduce continues a SUM from the output), nor a row one vector covers, nor a tile over other
+  # axes too (a 1x1 conv whose 196 pixels no full vector divides: 4x4x4, blocked it reloaded its accumulators, 0.81x)
+  for other in (reduce("MAX", (256, 4096), (0,)), reduce("SUM", (256, 16), (0,)), conv2d(4, 68, 14, 14, 68, 1, 1)):
+    assert not any(o.op == "BLOCK" for o in hand_coded_optimizations(Kernel(other, cpu.options()))), other
+
+
 def test_a_1x1_convs_pixels_are_blocked_where_its_reduce_is_too_short_to_block():
   # 256 input channels, each 3136 floats apart: pixel blocks outermost, so the output channels' tiles reuse the input's
   # panel while it is in L1 and the TLB (6.1 -> 3.3 ms on a Cascade Lake at 1 thread)
