@@ -29,22 +29,30 @@ def _cpu_s(pid: int) -> float:
 
 
 class OtherLoad:
-  """Cores the rest of the machine kept busy since this was made (ticks: 1/TICK s, so a short window reads coarse)."""
+  """Cores the rest of the machine kept busy from when this was made to its first reading, which ends the window: cores()
+  and steal() read one end sample, not one each (ticks: 1/TICK s, so a short window reads coarse)."""
   def __init__(self, *pids: int):
     self.pids = pids
     self.start = self._now()
+    self.end: tuple[float, float, float, float] | None = None
 
   def _now(self) -> tuple[float, float, float, float]:
     return time.monotonic(), *_busy_s(), sum(os.times()[:2]) + sum(_cpu_s(p) for p in self.pids)
 
+  def _window(self) -> tuple[float, float, float, float]:
+    """(seconds, busy, stolen, ours' CPU seconds) from the start to the end, taken at the first reading."""
+    self.end = self.end or self._now()
+    (t0, b0, s0, o0), (t1, b1, s1, o1) = self.start, self.end
+    return max(t1 - t0, 1.0 / TICK), b1 - b0, s1 - s0, o1 - o0
+
   def cores(self) -> float:
-    (t0, b0, _, o0), (t1, b1, _, o1) = self.start, self._now()
-    return max(0.0, ((b1 - b0) - (o1 - o0)) / max(t1 - t0, 1.0 / TICK))
+    dt, busy, _, ours = self._window()
+    return max(0.0, (busy - ours) / dt)
 
   def steal(self) -> float:
     """Of cores(), those the hypervisor gave to other virtual machines: contention no process here shows."""
-    (t0, _, s0, _), (t1, _, s1, _) = self.start, self._now()
-    return max(0.0, (s1 - s0) / max(t1 - t0, 1.0 / TICK))
+    dt, _, stolen, _ = self._window()
+    return max(0.0, stolen / dt)
 
 
 class Busiest:

@@ -53,3 +53,14 @@ def test_busiest_names_the_process_that_kept_a_core_busy():
   finally:
     spin.kill()
     spin.wait()
+
+
+def test_cores_and_steal_read_one_window_ending_at_the_first_reading(monkeypatch):
+  # a checked timing reads both: two samples of /proc/stat back to back gave them windows ticks apart
+  samples = iter([(10.0, 1.0), (12.0, 1.5), (99.0, 9.0)])
+  monkeypatch.setattr(load, "_busy_s", lambda: next(samples))
+  clock = iter([100.0, 102.0, 200.0])
+  monkeypatch.setattr(load, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+  monkeypatch.setattr(load.os, "times", lambda: (0.0, 0.0))
+  o = load.OtherLoad()
+  assert (o.cores(), o.steal(), o.cores()) == (1.0, 0.25, 1.0)
