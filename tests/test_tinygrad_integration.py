@@ -82,9 +82,13 @@ def test_results_match_plain_tinygrad(name, device):
   else: np.testing.assert_array_equal(got, want)
 
 # the MNIST training step's 86 kernels on a GPU took ~3 minutes busy (PoCL's LLVM builds each twice; AdamW's has 122):
-# backward runs on the GPUs in test_results_match_plain_tinygrad
+# backward runs on the GPUs in test_results_match_plain_tinygrad. `make test` trains MNIST's convs (~22 CPU-s cold);
+# AdamW's transformer (~21 CPU-s cold: its forward kernels are bert's, vit's and llama's, its backward, AdamW and the
+# schedule's assigns are depth) is in the exhaustive tier, which CI runs too
 TRAINING = {"mnist_train_step", "adamw_train_step"}
-EXAMPLES = [pytest.param(name, d, marks=m) for name in PROGRAMS for d, m in MARKS.items() if d == "CPU" or name not in TRAINING]
+DEPTH = {("adamw_train_step", "CPU"): [pytest.mark.exhaustive]}
+EXAMPLES = [pytest.param(name, d, marks=m + DEPTH.get((name, d), [])) for name in PROGRAMS for d, m in MARKS.items()
+            if d == "CPU" or name not in TRAINING]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,device", EXAMPLES, indirect=["device"])
