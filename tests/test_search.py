@@ -276,12 +276,15 @@ def test_where_the_fastest_are_all_threaded_the_fastest_single_threaded_one_is_a
 
 def test_tune_while_another_process_keeps_a_core_busy_stores_no_winner_slower_than_the_baseline_and_says_it_was_busy():
   # the done-when test of issue 13: a spinning process the whole time; the THREAD baseline suffers most from it
-  k = reduce("SUM", (1024, 1024), (1,))
+  k = reduce("SUM", (4096, 1024), (1,))
   spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
   try:
     # worth_s 0: the kernel is worth the whole effort, so a contended final check waits for quiet and is redone (one of
-    # little worth stores its baseline at once: the test above)
-    s = SearchSettings.from_json(dict(beam=2, budget_candidates=12, min_time_s=0.01, final_rounds=5, busy_retries=1, quiet_wait_s=2,
+    # little worth stores its baseline at once: the test above). The spinner gets 2/3 of a core beside a THREAD kernel's
+    # two threads, read in /proc/stat's 10 ms ticks: a final check of 1024x1024 at min_time_s 0.01 (5 rounds x up to 5
+    # finalists x ~5 ms: ~0.1-0.2 s) has ~0.2 cores of tick noise, and one first check read under busy_load (0.5) under
+    # -n 2; 4x the data at 0.1 makes it ~1 s (1.4 s busy)
+    s = SearchSettings.from_json(dict(beam=2, budget_candidates=12, min_time_s=0.1, final_rounds=5, busy_retries=1, quiet_wait_s=2,
                                       on_busy="refuse", worth_s=0))
     try: r = tune(k, settings=s)
     except DeviceBusy as e:  # never quiet: given back, nothing stored
