@@ -122,10 +122,13 @@ def run(r: Run, out: Path) -> list[tuple[str, str]]:
   env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
   if r.argv[0].endswith("tinygrad_models.py"): env.setdefault("CLANG", "1")  # its recorded runs' tinygrad device
   p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-  if p.returncode != 0 or not out.exists():
-    return [("FAILED", f"| {c.name} | {c.recorded:.3g} | - | - | - | - | FAILED (exit {p.returncode}) |") for c in r.claims]
-  rep = json.loads(out.read_text())
-  return [judge(c, c.measure(rep), load > QUIET_LOADAVG) for c in r.claims]
+  failed = lambda c, why: ("FAILED", f"| {c.name} | {c.recorded:.3g} | - | - | - | - | FAILED ({why}) |")
+  if p.returncode != 0 or not out.exists(): return [failed(c, f"exit {p.returncode}") for c in r.claims]
+  rep, judged = json.loads(out.read_text()), []
+  for c in r.claims:
+    try: judged.append(judge(c, c.measure(rep), load > QUIET_LOADAVG))
+    except (KeyError, StopIteration) as e: judged.append(failed(c, f"no samples: {e!r}"))  # a contender failed (the bench's notes say why)
+  return judged
 
 
 def main() -> int:
