@@ -272,7 +272,9 @@ def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_bea
   def cut(r: int) -> bool:  # its top 4; where none of them verified (all slow: a busy machine), its next 4 too (search/beam.py)
     got = [c for c in model.candidates if c.round == r]
     return len(got) <= 4 or len(got) <= 8 and not any(c.status is Status.OK and c.verified for c in got[:4])
-  assert ranked and all(cut(r) for r in ranked), [(c.round, c.status.value, c.verified) for c in model.candidates]  # the model ranked a round
+  # the model ranked a round; a failure names the rounds it did not cut, each candidate in measuring order
+  assert ranked and all(cut(r) for r in ranked), {r: [(c.status.value, c.verified) for c in model.candidates if c.round == r]
+                                                  for r in ranked if not cut(r)} or "no round ranked"
   assert whole and all(per_round(beam, r) > 4 for r in whole)
   assert model.verified and model.best_s <= model.baseline_s
   # the winner, independently: its schedule on the original kernel, on random data, output poisoned, against the reference
