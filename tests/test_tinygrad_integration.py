@@ -84,9 +84,12 @@ def test_results_match_plain_tinygrad(name, device):
 # the MNIST training step's 86 kernels on a GPU took ~3 minutes busy (PoCL's LLVM builds each twice; AdamW's has 122):
 # backward runs on the GPUs in test_results_match_plain_tinygrad. `make test` trains MNIST's convs (~22 CPU-s cold);
 # AdamW's transformer (~21 CPU-s cold: its forward kernels are bert's, vit's and llama's, its backward, AdamW and the
-# schedule's assigns are depth) is in the exhaustive tier, which CI runs too
+# schedule's assigns are depth) is in the exhaustive tier, which CI runs too. On OpenCL `make test` runs the LLaMA decoder
+# (a symbolic KV cache in a TinyJit, grouped KV heads: the integration's hardest path) and the exhaustive tier the other
+# forward programs (8-11 CPU-s each cold: PoCL's LLVM builds; their kernels' kinds run on CPU in `make test`)
 TRAINING = {"mnist_train_step", "adamw_train_step"}
-DEPTH = {("adamw_train_step", "CPU"): [pytest.mark.exhaustive]}
+DEPTH = {("adamw_train_step", "CPU"): [pytest.mark.exhaustive],
+         **{(name, "OPENCL"): [pytest.mark.exhaustive] for name in ("bert_encoder", "unet", "lstm_unrolled", "vit")}}
 EXAMPLES = [pytest.param(name, d, marks=m + DEPTH.get((name, d), [])) for name in PROGRAMS for d, m in MARKS.items()
             if d == "CPU" or name not in TRAINING]
 
