@@ -104,17 +104,19 @@ def main() -> int:
       srcs = {"before": (old["src"], ()), "after": (render_source(prog, C), ())}
       if sleef and any(n.op in vecmath.FUNCS for n in ast.nodes):
         srcs["sleef"] = (render_source(prog, dataclasses.replace(C, float_math=sleef_source)), ("-Wl,--no-as-needed", "-lsleef"))
-      bufs = reference.random_buffers(ast, {}, 0)
+      vv = ast.var_vals()  # each variable at its midpoint, as a search times it
+      vargs = [vv[v.name] for v in ast.vars]
+      bufs = reference.random_buffers(ast, vv, 0)
       want = [b.copy() for b in bufs]
-      reference.run(ast, want)
+      reference.run(ast, want, vv)
       fns, checks = {}, {}
       for who, (src, libs) in srcs.items():
         p = cpu.Program(cpu.compile(src, cpu.DEFAULT_FLAGS + libs), "bench")
         out = [cpu.alloc(b.size, b.dtype) for b in bufs]
         for o, b in zip(out, bufs): o[:] = b
-        p(*out)
-        checks[who] = compare(ast, out, want, {}) or "ok"
-        fns[who] = lambda p=p, out=out: p.time(*out)
+        p(*out, var_vals=vargs)
+        checks[who] = compare(ast, out, want, vv) or "ok"
+        fns[who] = lambda p=p, out=out, vargs=vargs: p.time(*out, var_vals=vargs)
       avg0, load = Path("/proc/loadavg").read_text().split()[:3], OtherLoad()
       ts = measure(fns, args.min_time, 5, 1000, args.turn)
       rows.append({"kernel": doc.stem, "opts_before": old["opts"], "opts_after": [o.to_json() for o in opts], "checks": checks,

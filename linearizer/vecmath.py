@@ -2,14 +2,16 @@
 
 EXP2 computes on the float lanes themselves where the ISA fuses multiply-adds (`_exp2_float`: at most 0.87 ulp, measured
 on every input): the transcendental of softmax, SiLU and GELU, on twice the lanes of a register that doubles get and with
-no conversions, 2.6x faster in SiLU than through doubles. `compare` holds a kernel to the contract's ulp, not to the
-correctly rounded result, by carrying intervals through every op above a transcendental (linearizer/bounds.py).
-LOG2 and SIN (and EXP2 without an FMA) widen each float32 lane to double and compute there with fused multiply-adds and
-near-minimax polynomials (Chebyshev interpolants, tools below) whose error (< 2^-50 relative) is far below a float32 ulp
-(2^-24), then round once to float32: the result is the correctly rounded one unless the exact value lies within 2^-50 of
-a rounding midpoint (tests/test_vecmath.py checks every float32 input against libm's double result: all are correctly
-rounded). Doubles hold every float32, its denormals as normal numbers, so no input needs a special path but SIN's huge
-arguments:
+no conversions, 2.6x faster in SiLU than through doubles. SIN too (`_sin_float`: at most 0.72 ulp, every input), for
+|x| <= 2^15, a vector with a lane beyond taking the double path whole: ~2x the double path, alone and chained.
+`compare` holds a kernel to the contract's ulp, not to the correctly rounded result, by carrying intervals through every
+op above a transcendental (linearizer/bounds.py).
+LOG2, SIN's large arguments (and EXP2 and SIN without an FMA) widen each float32 lane to double and compute there with
+fused multiply-adds and near-minimax polynomials (Chebyshev interpolants, tools below) whose error (< 2^-50 relative) is
+far below a float32 ulp (2^-24), then round once to float32: the result is the correctly rounded one unless the exact
+value lies within 2^-50 of a rounding midpoint (tests/test_vecmath.py checks every float32 input against libm's double
+result: all are correctly rounded). Doubles hold every float32, its denormals as normal numbers, so no input needs a
+special path but SIN's huge arguments:
 - exp2: x = n + r (n = round(x), |r| <= 1/2) after clamping x to [-152, 129] (beyond, the float result is 0 or inf);
   2^r = 1 + r*q(r), q of degree 9 (2^-50.6), times 2^n built from n's bits (a normal double for every clamped n).
 - log2: x = 2^k * z with z in [0.703, 1.406) from x's bits less those of 0.703 (no branch); z's 4 leading fraction bits
@@ -70,6 +72,15 @@ COS_C = [_f(h) for h in ("-0x1.ffffffffffffap-2", "0x1.5555555554134p-5", "-0x1.
 _P1 = _f("0x1.921fb544p+0")
 _P2 = _f("0x1.0b4611a6p-34")
 _P3 = _f("0x1.3198a2e037073p-69")
+
+# float SIN: (sin(r)/r - 1) / r^2 and (cos(r) - 1 + r^2/2) / r^4 in z = r^2 on [0, 0.7875^2] (|r| <= pi/4 + k's error
+# below 2^15 * 2/pi), float coefficients each rounded then the rest refitted (Lawson-weighted least squares on the Taylor
+# series): 2^-32.5 and 2^-32.9 of the result
+SIN_SF = [_f(h) for h in ("-0x1.555556p-3", "0x1.111174p-7", "-0x1.a0594ap-13", "0x1.7c2736p-19")]
+COS_CF = [_f(h) for h in ("0x1.55554ap-5", "-0x1.6c0c26p-10", "0x1.99e706p-16")]
+# pi/2 = _C1 + _C2 + _C3 + 2^-76, each the float nearest what the previous ones leave; 2/pi as a float
+_C1, _C2, _C3, _TWO_OVER_PI_F = _f("0x1.921fb6p+0"), _f("-0x1.777a5cp-25"), _f("-0x1.ee59dap-50"), _f("0x1.45f306p-1")
+SIN_FLOAT_BIG = 2.0 ** 15  # |x| beyond it (and inf, NaN) takes the double path: the float reduction holds below
 
 def _types(n: int) -> str:
   return (f"typedef float tsvc_f{n} __attribute__((vector_size({4 * n})));\n"
@@ -186,9 +197,8 @@ def _core(n: int) -> str:
 # instance is two of half the lanes (gcc scalarises comparisons on vectors wider than the ISA's: 16 lanes of double
 # ran 10x slower)
 DIRECT = {1: "", 4: "", 8: "__AVX512F__"}
-# lanes -> the macro under which EXP2 computes on the float lanes themselves (one register, fused multiply-adds);
-# elsewhere as LOG2 and SIN do. (SIN there too, its reduction in doubles and its polynomials on floats, was no faster on
-# Zen 5 alone, 0.82 vs 0.77 ms a 1M-float SIN, and slower in elementwise_chain, whose SINs are one latency-bound chain.)
+# lanes -> the macro under which EXP2 and SIN compute on the float lanes themselves (one register, fused multiply-adds);
+# elsewhere as LOG2 does, through doubles
 FLOAT_LANES = {1: "__FMA__", 4: "__FMA__", 8: "__FMA__", 16: "__AVX512F__"}
 
 def _horner(n: int, var: str, coeffs: list[float]) -> str:
@@ -222,23 +232,68 @@ def _exp2_float(n: int) -> str:
           f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {_horner(n, 'r', EXP2_QF)}, (({f}){{}}+1.0f));\n"
           f"{scale}}}\n")
 
+def _any_i(n: int) -> str:
+  """tsvc_any_i{n}: is any lane of an int mask set (halves OR-ed down to 4 lanes; a branch's test, off the data's path)."""
+  h = n // 2
+  body = "return (m[0] | m[1] | m[2] | m[3]) != 0;" if n == 4 else "return m[0] != 0;" if n == 1 else \
+    f"return tsvc_any_i{h}(__builtin_shufflevector(m, m, {', '.join(map(str, range(h)))}) | " \
+    f"__builtin_shufflevector(m, m, {', '.join(map(str, range(h, n)))}));"
+  return f"{_INLINE} int tsvc_any_i{n}(tsvc_i{n} m) {{\n  {body}\n}}\n"
+
+def _sin_float(n: int) -> str:
+  """SIN on n float lanes within the contract (tests/test_vecmath.py measures every input), for |x| <= 2^15; a vector with
+  a lane beyond (or inf, NaN) takes the double path whole (tsvc_sinw_f{n}). k = round(x * 2/pi), r = x - k*pi/2 as a
+  float pair s + lo: pi/2 in three floats, x - k*_C1 exact in one FMA (k < 2^22, |result| < 1, a multiple of 2^-24),
+  k*_C2 split exactly by an FMA, their difference by Fast2Sum (exact: the first is a multiple of the second's ulp),
+  k*_C3 into lo. |r| >= 2^-28 for every float x (the nearest to a multiple of pi/2), so the pair's 2^-57 keeps r to
+  2^-29 relative: the error is the last addition's rounding (1/2 ulp) and the small corrections' (sin: s + (s^3 S(z)
+  + lo (1 - z/2)); cos: w = 1 - z/2, its rounding error recovered exactly, s^2's low part by an FMA)."""
+  f, i = f"tsvc_f{n}", f"tsvc_i{n}"
+  c = lambda v: f"(({f}){{}}+{float(v).hex()}f)"
+  fma = f"tsvc_fma_f{n}"
+  return f"""{_INLINE} {f} tsvc_sin_f{n}({f} x) {{
+  {i} big = (x > {c(SIN_FLOAT_BIG)}) | (x < {c(-SIN_FLOAT_BIG)}) | (x != x);
+  if (__builtin_expect(tsvc_any_i{n}(big), 0)) return tsvc_sinw_f{n}(x);
+  {f} t = {fma}(x, {c(_TWO_OVER_PI_F)}, {c(1.5 * 2.0 ** 23)});  /* k in t's low mantissa bits */
+  {f} k = t - 0x1.8p+23f;
+  {f} r1 = {fma}(-k, {c(_C1)}, x);
+  {f} ph = k * {float(_C2).hex()}f;
+  {f} pl = {fma}(k, {c(_C2)}, -ph);
+  {f} s = r1 - ph;
+  {f} lo = {fma}(-k, {c(_C3)}, ((r1 - s) - ph) - pl);
+  {f} z = s * s;
+  {f} hz = z * 0.5f;
+  {f} sn = s + {fma}(s * z, {_horner(n, 'z', SIN_SF)}, {fma}(-lo, hz, lo));
+  {f} w = 1.0f - hz;
+  {f} zl = {fma}(s, s, -z);
+  {f} cs = w + {fma}(z * z, {_horner(n, 'z', COS_CF)}, ((1.0f - w) - hz) - {fma}(s, lo, zl * 0.5f));
+  {i} q = ({i})t;
+  {i} y = (((q & 1) != 0) & ({i})cs) | (((q & 1) == 0) & ({i})sn);
+  y ^= ((q & 2) != 0) & (-0x7fffffff - 1);  /* quadrants 2 and 3: -y */
+  return ({f})((({i})(x == 0.0f) & ({i})x) | (~({i})(x == 0.0f) & y));  /* sin(+-0) is +-0 */
+}}
+"""
+
 def c_source(n: int) -> str:
   """tsvc_exp2_f{n}, tsvc_log2_f{n}, tsvc_sin_f{n} on n float32 lanes (tsvc_f{n}: a gcc vector; n = 1 adds tsvc_exp2f & co
   on plain floats), with every smaller instance they are built of; guarded, so instances may repeat."""
   f, h = f"tsvc_f{n}", n // 2
-  direct = lambda fn: (f"{_INLINE} {f} tsvc_{fn}_f{n}({f} x) "
-                       f"{{ return __builtin_convertvector(tsvc_{fn}_d{n}(__builtin_convertvector(x, tsvc_d{n})), {f}); }}\n")
+  direct = lambda fn, nm: (f"{_INLINE} {f} tsvc_{nm}_f{n}({f} x) "
+                           f"{{ return __builtin_convertvector(tsvc_{fn}_d{n}(__builtin_convertvector(x, tsvc_d{n})), {f}); }}\n")
   lanes = lambda lo, hi: ", ".join(map(str, range(lo, hi)))
-  split = lambda fn: (f"{_INLINE} {f} tsvc_{fn}_f{n}({f} x) {{\n  tsvc_f{h} a = tsvc_{fn}_f{h}(__builtin_shufflevector(x, x, {lanes(0, h)})), "
-                      f"b = tsvc_{fn}_f{h}(__builtin_shufflevector(x, x, {lanes(h, n)}));\n"
+  split = lambda nm: (f"{_INLINE} {f} tsvc_{nm}_f{n}({f} x) {{\n  tsvc_f{h} a = tsvc_{nm}_f{h}(__builtin_shufflevector(x, x, {lanes(0, h)})), "
+                      f"b = tsvc_{nm}_f{h}(__builtin_shufflevector(x, x, {lanes(h, n)}));\n"
                       f"  return __builtin_shufflevector(a, b, {lanes(0, n)});\n}}\n")
-  def through_doubles(fns: tuple[str, ...]) -> str:
-    if DIRECT.get(n) == "": return "".join(map(direct, fns))
-    if n not in DIRECT: return "".join(map(split, fns))
-    return f"#ifdef {DIRECT[n]}\n{''.join(map(direct, fns))}#else\n{''.join(map(split, fns))}#endif\n"
+  def through_doubles(fns: tuple[str, ...], sfx: str = "") -> str:
+    """tsvc_{fn}{sfx}_f{n} through doubles: one register's, else two halves of tsvc_{fn}{sfx}_f{n/2}."""
+    if DIRECT.get(n) == "": return "".join(direct(fn, fn + sfx) for fn in fns)
+    if n not in DIRECT: return "".join(split(fn + sfx) for fn in fns)
+    return f"#ifdef {DIRECT[n]}\n{''.join(direct(fn, fn + sfx) for fn in fns)}#else\n{''.join(split(fn + sfx) for fn in fns)}#endif\n"
   core = _core(n) if DIRECT.get(n) == "" else f"#ifdef {DIRECT[n]}\n{_core(n)}#endif\n" if n in DIRECT else ""
-  floats = f"#if defined({FLOAT_LANES[n]})\n{fma_fn('tsvc_fma_f' + str(n), f, False, n)}{_exp2_float(n)}#else\n{through_doubles(('exp2',))}#endif\n"
-  body = _types(n) + core + floats + through_doubles(("log2", "sin"))
+  floats = (f"#if defined({FLOAT_LANES[n]})\n{fma_fn('tsvc_fma_f' + str(n), f, False, n)}{_exp2_float(n)}{_sin_float(n)}"
+            f"#else\n{through_doubles(('exp2', 'sin'))}#endif\n")
+  # SIN's double path, the float one's fallback: defined unguarded, as the float path's any-lane test
+  body = _types(n) + core + through_doubles(("sin",), "w") + _any_i(n) + floats + through_doubles(("log2",))
   if n == 1:
     body += "".join(f"{_INLINE} float tsvc_{fn}f(float x) {{ return tsvc_{fn}_f1((tsvc_f1){{x}})[0]; }}\n" for fn in ("exp2", "log2", "sin"))
   return (c_source(h) if n > 4 else _tables()) + f"#ifndef TSVC_MATH_{n}\n#define TSVC_MATH_{n}\n{body}#endif\n"
