@@ -51,10 +51,11 @@ def series(times: Callable[[], list[float]], runner_pid: int) -> tuple[list[list
 
 @pytest.mark.timing
 def test_timings_with_the_pool_busy_and_paused_match_timings_with_it_idle(tmp_path: Path):
-  # two threads of transcendental arithmetic: a few ms, and both need a core at once, so a stolen core shows in every run.
-  # Compute on data that stays in each core's own cache (256 KiB an input): what the pool takes is cores, and a kernel that
-  # streams memory also times the L3 and the memory bus this host shares with other machines: a sum over 64 MiB, paused
-  # against idle a tenth of a second apart with the rest of this machine idle, was 14% slower on CI and 24% faster here
+  # two threads of transcendental arithmetic: ~1.3 ms, and both need a core at once, so a stolen core shows in every run.
+  # Compute on data that stays in each core's own cache (128 KiB of an input a thread): what the pool takes is cores, and a kernel that
+  # streams memory also times the L3 and the memory bus this host shares with other machines: six series each, alternated,
+  # the rest of this machine idle (0.01-0.08 cores), a sum over 64 MiB's fastest idle run moved from 0.850 to 1.247 ms
+  # between series and its paused/idle ratio read 0.993-1.153 (CI failed at 1.137); this chain's 1.316-1.317 ms, 1.000
   k = elementwise_chain((128, 512), n_ops=128)
   lib = cpu.compile(cpu.render(lower(Kernel(k, cpu.options()).apply_opts([Opt("UPCAST", 1, 16), Opt("THREAD", 0, 2)]))))
   write_case(tmp_path, k, {}, 0)
