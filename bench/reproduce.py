@@ -3,7 +3,8 @@ contender, measured interleaved in one run), named by the entry it comes from; e
 where the recorded one takes long (fewer rounds, the contenders the claims need). A claim reproduces when the ratio
 measured now is within its tolerance of the recorded one: the larger of the noise recorded with the entry (`tol`) and
 this run's own (the two contenders' interquartile ranges over their medians, combined). A run on a busy machine
-(the bench's other-load count over 0.1 cores, or a load average over 1 before it) is reported BUSY: its verdict says
+(the bench's other-load count over 0.1 cores; where the bench counts none, a load average over 1 before it: a load
+average trails the minute before, the previous run's own processes included) is reported BUSY: its verdict says
 nothing. The lead runs the short runs (a few minutes) in a quiet window; --long adds the whole-model ones (~10 min).
 
   .venv/bin/python bench/reproduce.py --list
@@ -109,7 +110,7 @@ def judge(claim: Claim, got: Measured, busy: bool) -> tuple[str, str]:
   """(its verdict, its report line)."""
   ratio, noise, other = got
   off, tol = ratio / claim.recorded - 1, max(claim.tol, noise)
-  busy = busy or (other is not None and other > QUIET_OTHER)
+  busy = other > QUIET_OTHER if other is not None else busy
   verdict = "BUSY" if busy else "reproduces" if abs(off) <= tol else "DIFFERS"
   return verdict, (f"| {claim.name} | {claim.recorded:.3g} | {ratio:.3g} | {off:+.1%} | {tol:.0%} | "
                    f"{'-' if other is None else f'{other:.2f}'} | {verdict} |")
