@@ -1,7 +1,8 @@
 """Beam search guided by a cost model, a Strategy (search/strategy.py) beside BeamStrategy: the same beam and the same
 end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
 child, against a lowering's ~5 and a compile's 10-100) are proposed in the
-order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them.
+order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them
+(and the best-ranked threaded child where those hold none).
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
 baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate
@@ -17,7 +18,7 @@ measured: the winner is measured and verified like any candidate, and the final 
 from __future__ import annotations
 from typing import Iterator, Optional, Sequence
 import numpy as np
-from linearizer.kernel import Kernel, Opt, OptError
+from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.options import LinearizerOptions
 from search.beam import BeamStrategy
 from search.cost_model import CostModel
@@ -31,6 +32,8 @@ from search.similar import Tuned
 MIN_TRAIN = 16
 OPTIMISM = 2.0   # spreads below its predicted log time an explored child may lie
 
+
+def _threaded(k: Kernel) -> bool: return bool(k.applied_opts) and k.applied_opts[-1].op is OptOp.THREAD  # a child's own opt: its last
 
 def explored(top: int) -> int:
   """How many of a round's top measured children are explored: 1 of 3 to 7, 2 of 8 to 12, none of 1 or 2."""
@@ -71,6 +74,12 @@ class ModelBeamStrategy(BeamStrategy):
       return
     best = ranked[:top - explored(top)]
     hope = [int(i) for i in np.argsort(mean - OPTIMISM * spread, kind="stable") if i not in best][:explored(top)]
+    # THREAD's worth depends on what keeps the other cores busy while the kernel runs, which a model of other timings
+    # cannot know (beam's prune exempts THREAD for that reason): where the cut kept no threaded child, the model's
+    # fastest-ranked one is measured too (quiet, search_vs_tinygrad, cut to 5: in each of the 4 of 12 kernels where the
+    # winner was 0.57-0.76x the beam's, the beam's winner was threaded and the model's was not)
+    if not any(_threaded(self.pending[i]) for i in best + hope):
+      best += [i for i in ranked if i not in hope and _threaded(self.pending[i])][:1]
     chosen = set(best + hope)
     self.pending, self.rest, self.partial = [self.pending[i] for i in best + hope], [self.pending[i] for i in ranked if i not in chosen], True
 

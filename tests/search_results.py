@@ -5,7 +5,7 @@ from pathlib import Path
 from devices import cpu
 from linearizer.ast import KernelAST, loads
 from linearizer.heuristic import hand_coded_optimizations
-from linearizer.kernel import Kernel, OptError
+from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.options import LinearizerOptions
 from search.result import Candidate, SearchResult
 
@@ -57,3 +57,13 @@ def search_result(k: KernelAST, fp: dict, fp_hash: str, best_s: float = 1e-3, ve
                       "void kernel(float* restrict data0) { }", 3.5, cands)
 
 def result_json(*a, **kw) -> dict: return json.loads(json.dumps(search_result(*a, **kw).to_json()))
+
+
+def _threaded(opts) -> bool:
+  """A candidate's own opt (its last) is THREAD: opts as Opts or their JSON."""
+  return bool(opts) and (opts[-1].op is OptOp.THREAD if isinstance(opts[-1], Opt) else opts[-1]["op"] == "THREAD")
+
+def cut_to(round_opts: list, top: int) -> bool:
+  """Whether a model-strategy round measured as its cut says (search/model_beam.py): its top children, and one more where
+  those hold no threaded child -- then the round's one threaded child. round_opts: each measured child's opts."""
+  return len(round_opts) <= top or len(round_opts) == top + 1 and sum(map(_threaded, round_opts)) == 1
