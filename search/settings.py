@@ -29,10 +29,9 @@ class StrategyKind(StrEnum):
   """Which strategy proposes: BEAM (the default) measures every child of the beam; MODEL (search/model_beam.py) measures
   only the children a cost model ranks fastest, measure_top a round: the model shipped for the device's family
   (search/prior.py) from round 1, else one trained on the search's own measurements once it has enough. Not the default
-  yet: with the quiet prior cut to 5 a round without a patience round it searched 3.4x less than the beam on two busy
-  runs of bench/search_vs_tinygrad.py, but its winners were 0.67x and 0.75x the beam's (geomean; 0.97x and 0.91x
-  without one THREAD winner timed on a busy core each; at top 9 1.00x and 0.63x): a cut round misses the branch the
-  beam finds (docs/benchmarks.md)."""
+  yet: cut to 5 a round without a patience round (and a round's best-ranked threaded child where those hold none) it
+  searched 0.6-8.2 s against the beam's 2.0-15.6 s on a quiet run of bench/search_vs_tinygrad.py's 12 kernels, but its
+  winners were 0.984x the beam's (geomean; one kernel 0.82x): not yet "at least today's" (docs/benchmarks.md)."""
   BEAM = "beam"
   MODEL = "model"
 
