@@ -118,5 +118,5 @@ def test_kernels_meet_the_contract(device, amt):
       nan = np.isnan(want[0])
       if dt == float32 and device == "CPU" and op == "LOG2":
         assert np.array_equal(np.isnan(bufs[0]), nan) and np.array_equal(bufs[0][~nan].view(np.uint32), want[0][~nan].view(np.uint32))
-      elif dt == float32 and device == "CPU":  # an ulp apart is one apart in the bits of results of one sign (sin's is x's)
+      elif dt == float32 and device == "CPU":  # an ulp apart is one apart in the bits: no result within an ulp of the reference's has the other sign
         assert np.array_equal(np.isnan(bufs[0]), nan) and np.abs(bufs[0][~nan].view(np.int32) - want[0][~nan].view(np.int32)).max() <= 1
