@@ -230,6 +230,10 @@ def tuned_opts(k: KernelAST, args, cache: ResultCache, fp_hash: str) -> tuple[Op
   if r is None: return None, "n/a (not in the result cache; --no-tune)"
   return r.best_opts, ""
 
+def child_pids(*children) -> list[int]:
+  """The contenders' helper processes that run (torch's, tinygrad's): their CPU is the run's own work, not other load."""
+  return [ch.proc.pid for ch in children if ch is not None]
+
 def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache: ResultCache, fp_hash: str,  # noqa: C901 (each contender's run in turn, one report)
                triad: Optional[Callable[[], float]] = None) -> dict:
   """One kernel's contenders, interleaved; `triad` (the stream triad) joins a memory-bound kernel's rounds as its own
@@ -342,8 +346,7 @@ def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache
     res["notes"][who] = f"{t * 1e3:.4g} ms (one run; over --slow-s, not interleaved)"
     del fns[who]
   if triad is not None and c.group == "memory": fns["triad"] = triad
-  children = (ch.proc.pid for ch in (torch_child, tg) if ch is not None)
-  res.update(measure_quietly({n: fns[n] for n in (*CONTENDERS, "triad") if n in fns}, args, *children))
+  res.update(measure_quietly({n: fns[n] for n in (*CONTENDERS, "triad") if n in fns}, args, *child_pids(torch_child, tg)))
   return res
 
 # ---------------------------------------------------------------- the report
@@ -484,8 +487,7 @@ def main() -> int:
       triad = stream_triad(tmp, args.stream_n) if "stream" in sel else None
       if triad is not None:
         print("stream triad ...", file=sys.stderr, flush=True)
-        stream = {"n": args.stream_n, "bytes": 12 * args.stream_n, **measure_quietly({"triad": triad}, args,
-                                                                                 *(ch.proc.pid for ch in (torch_child, tg) if ch is not None))}
+        stream = {"n": args.stream_n, "bytes": 12 * args.stream_n, **measure_quietly({"triad": triad}, args, *child_pids(torch_child, tg))}
       for c in cases:
         print(f"{c.name} ...", file=sys.stderr, flush=True)
         st = time.monotonic()
