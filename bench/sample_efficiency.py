@@ -5,7 +5,7 @@ reduce size, none of those the shipped prior was measured on): a reference beam 
 budget, capped at --ref-budget-s seconds: as close to exhaustive as the machine allows) and a model-guided one
 (strategy=model, beam --ref-beam, --measure-top a round) are run, the two in alternating order kernel by kernel. Per
 strategy: the candidates measured until the first verified one within 95% of the reference's best speed (the beam's own
-count read off the reference run, in measuring order), and how many it measured in all. Ranking quality: Kendall tau
+count read off the reference run, in measuring order), and how many it measured in all. Ranking quality: Kendall tau-b
 against the reference run's measured times of a cost model fitted on a seeded 3/4 of its timed candidates, ranking the
 held-back quarter (tau), and of the prior shipped for this CPU's family (search/prior.py, fitted on other kernels)
 ranking all of them (prior_tau). The machine's load (/proc/loadavg) is recorded before and after, and each candidate's
@@ -14,9 +14,9 @@ other load during its timing.
   nice -n 10 python bench/sample_efficiency.py --kernels 3 --json docs/sample_efficiency.json
 """
 from __future__ import annotations
-import argparse, gzip, itertools, json, math, random, statistics, sys, time
+import argparse, gzip, json, math, random, statistics, sys, time
 from pathlib import Path
-import numpy as np
+from scipy.stats import kendalltau
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from devices import cpu
@@ -48,8 +48,8 @@ def to_95(r: SearchResult, best_s: float) -> int | None:
 
 
 def kendall(pred, t) -> float:
-  pairs = list(itertools.combinations(range(len(t)), 2))
-  return float(sum(np.sign(pred[i] - pred[j]) * np.sign(t[i] - t[j]) for i, j in pairs) / len(pairs))
+  """Kendall's tau-b (ties counted as scipy does), the statistic every bench script reports."""
+  return float(kendalltau(pred, t).statistic)
 
 
 def taus(ast, r: SearchResult, seed: int) -> tuple[float | None, float | None]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse, gzip, json, math, os, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scipy.stats import kendalltau
 import numpy as np
+from sample_efficiency import kendall
 from search_prior import compact
 from search_vs_tinygrad import choose_corpus, corpus
 from devices import cpu
@@ -82,8 +82,8 @@ def replay(path: Path, prior: priors.Prior, top: int, within: float) -> list[dic
       chosen += [int(i) for i in np.argsort(mean - OPTIMISM * spread, kind="stable") if i not in chosen][:explored(top)]
       one = [i for i, c in enumerate(cs) if not threaded(c.opts)]  # on one core: what a busy machine times fairly
       rows.append({"kernel": k.name, "round": rnd, "children": len(cs), "rank": ranked.index(best) + 1,
-                   "tau": float(kendalltau(mean, t).statistic),
-                   "tau1": float(kendalltau(mean[one], t[one]).statistic) if len(one) > 1 else math.nan,
+                   "tau": kendall(mean, t),
+                   "tau1": kendall(mean[one], t[one]) if len(one) > 1 else math.nan,
                    "thread": threaded(cs[best].opts),
                    "held": bool(t[chosen].min() <= t[best] / within), "best_held": best in chosen,
                    "best_opts": " ".join(f"{x['op']} {x['axis']} {x['amt']}" for x in cs[best].opts),
