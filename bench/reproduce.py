@@ -2,24 +2,26 @@
 contender, measured interleaved in one run), named by the entry it comes from; each run is that entry's command, reduced
 where the recorded one takes long (fewer rounds, the contenders the claims need). A claim reproduces when the ratio
 measured now is within its tolerance of the recorded one: the larger of the noise recorded with the entry (`tol`) and
-this run's own (the two contenders' interquartile ranges over their medians, combined). A run on a busy machine
-(the bench's other-load count over 0.1 cores; where the bench counts none, a load average over 1 before it: a load
-average trails the minute before, the previous run's own processes included) is reported BUSY: its verdict says
-nothing. The lead runs the short runs (a few minutes) in a quiet window; --long adds the whole-model ones (~10 min).
+this run's own (the two contenders' interquartile ranges over their medians, combined). A claim measured on a busy
+machine is reported BUSY (its verdict says nothing): over 0.1 cores of other load in the bench's own count beside the
+claim's kernel, or, where the bench counts none, over the whole run -- the machine's busy time less the run's process
+tree's (search.load.OtherLoad less the reaped children's CPU), measured while it ran. Not the load average: it trails
+the minute before, and the previous run's own processes left it over 1 after every run. The lead runs the short runs (a
+few minutes) in a quiet window; --long adds the whole-model ones (~10 min).
 
   .venv/bin/python bench/reproduce.py --list
   PYTHONPATH=$PWD .venv/bin/python bench/reproduce.py [RUN ...] [--long] [--keep DIR]
 """
 from __future__ import annotations
-import argparse, math, json, os, subprocess, sys, tempfile
+import argparse, math, json, os, subprocess, sys, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-from cpu_kernels import med, spread
+from cpu_kernels import ROOT, med, spread  # it puts ROOT on sys.path
+from search.load import Busiest, OtherLoad
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
-QUIET_OTHER, QUIET_LOADAVG = 0.1, 1.0
+QUIET_OTHER = 0.1
 
 def _q(ts: list[float]) -> tuple[float, float]: return med(ts), spread(ts)
 
@@ -106,28 +108,38 @@ def entry_of(run: Run) -> str:
   return found[0]
 
 
-def judge(claim: Claim, got: Measured, busy: bool) -> tuple[str, str]:
-  """(its verdict, its report line)."""
+def judge(claim: Claim, got: Measured, run_other: float) -> tuple[str, str]:
+  """(its verdict, its report line); `run_other`: the rest of the machine's cores over the whole run, for a claim whose
+  bench counts none beside it."""
   ratio, noise, other = got
   off, tol = ratio / claim.recorded - 1, max(claim.tol, noise)
-  busy = other > QUIET_OTHER if other is not None else busy
-  verdict = "BUSY" if busy else "reproduces" if abs(off) <= tol else "DIFFERS"
-  return verdict, (f"| {claim.name} | {claim.recorded:.3g} | {ratio:.3g} | {off:+.1%} | {tol:.0%} | "
-                   f"{'-' if other is None else f'{other:.2f}'} | {verdict} |")
+  other = run_other if other is None else other
+  verdict = "BUSY" if other > QUIET_OTHER else "reproduces" if abs(off) <= tol else "DIFFERS"
+  return verdict, (f"| {claim.name} | {claim.recorded:.3g} | {ratio:.3g} | {off:+.1%} | {tol:.0%} | {other:.2f} | {verdict} |")
+
+
+def run_measuring_others(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, str]:
+  """Run cmd: (its result, the cores the rest of the machine kept busy meanwhile, the busiest others). Ours is the whole
+  process tree: this process and every descendant reaped (os.times' children); one left running is counted as others'."""
+  c0, t0, load, who = os.times(), time.monotonic(), OtherLoad(), Busiest()
+  p = subprocess.run(cmd, **kw)
+  c1, dt = os.times(), time.monotonic() - t0
+  tree = c1.children_user + c1.children_system - c0.children_user - c0.children_system
+  return p, max(0.0, load.cores() - tree / dt), who.top()
 
 
 def run(r: Run, out: Path) -> list[tuple[str, str]]:
-  load = os.getloadavg()[0]
   cmd = [sys.executable, *r.argv, "--json", str(out)]
-  print(f"{r.name}: {' '.join(r.argv)} (load average {load:.2f})", file=sys.stderr, flush=True)
+  print(f"{r.name}: {' '.join(r.argv)}", file=sys.stderr, flush=True)
   env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
   if r.argv[0].endswith("tinygrad_models.py"): env.setdefault("CLANG", "1")  # its recorded runs' tinygrad device
-  p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+  p, other, busiest = run_measuring_others(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+  print(f"  other load over the run {other:.2f} cores (busiest others: {busiest})", file=sys.stderr, flush=True)
   failed = lambda c, why: ("FAILED", f"| {c.name} | {c.recorded:.3g} | - | - | - | - | FAILED ({why}) |")
   if p.returncode != 0 or not out.exists(): return [failed(c, f"exit {p.returncode}") for c in r.claims]
   rep, judged = json.loads(out.read_text()), []
   for c in r.claims:
-    try: judged.append(judge(c, c.measure(rep), load > QUIET_LOADAVG))
+    try: judged.append(judge(c, c.measure(rep), other))
     except (KeyError, StopIteration) as e: judged.append(failed(c, f"no samples: {e!r}"))  # a contender failed (the bench's notes say why)
   return judged
 
