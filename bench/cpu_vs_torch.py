@@ -307,7 +307,14 @@ def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache
       calls.append((prg, [own[s.out], *(own[n] for n in s.ins)]))
     if ok:
       for prg, bs in calls: prg(*bs)  # the chain on its own buffers, warm
-      fns[who] = lambda calls=calls: sum(prg.time(*bs) for prg, bs in calls)
+      # each step's times too (a chain's, "step_times"): which kernel of three is far from its own traffic's limit
+      steps: list[list[float]] = [[] for _ in calls]
+      def run(calls=calls, steps=steps) -> float:
+        ts = [prg.time(*bs) for prg, bs in calls]
+        for log, t in zip(steps, ts): log.append(t)
+        return sum(ts)
+      fns[who] = run
+      if len(calls) > 1: res.setdefault("step_times", {})[who] = steps
 
   shaped = [arrays[n].reshape(s) for n, s in c.inputs.items()]
   if c.numpy is not None:
@@ -346,6 +353,7 @@ def bench_case(c: Case, args, torch_child: Optional[Child], tg, tmp: Path, cache
     res["notes"][who] = f"{t * 1e3:.4g} ms (one run; over --slow-s, not interleaved)"
     del fns[who]
   if triad is not None and c.group == "memory": fns["triad"] = triad
+  res["step_bytes"] = {s.out: s.k.bytes() for s in c.steps}  # each kernel's own minimal traffic, by what it writes
   res.update(measure_quietly({n: fns[n] for n in (*CONTENDERS, "triad") if n in fns}, args, *child_pids(torch_child, tg)))
   return res
 
@@ -396,6 +404,14 @@ def targets(results: list[dict], stream_bw: Optional[float], stream_bytes: Optio
                + ("n/a" if g is None else "HOLDS" if g >= 1.2 else "does NOT hold") + " (target >= 1.2x)")
   return lines
 
+def step_lines(r: dict, stream_bytes: Optional[int]) -> list[str]:
+  """A chain's kernels, one line per contender: time, GB/s and (a memory kernel) the share of the triad beside it."""
+  triad = stream_bytes / tt if stream_bytes and (tt := t_of(r, "triad")) else None
+  def step(out: str, t: float, nbytes: int) -> str:
+    return f"{out} {t * 1e3:.3g} ms, {nbytes / t * 1e-9:.1f} GB/s" + (f" ({nbytes / t / triad:.0%})" if triad else "")
+  return [f"- {r['name']}, {who}: " + "; ".join(step(out, med(ts), b) for ts, (out, b) in zip(steps, r["step_bytes"].items()))
+          for who, steps in r.get("step_times", {}).items()]
+
 def report(results: list[dict], stream: Optional[dict], cmd: str, facts: list[str], args) -> str:
   when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
   stream_bw = stream["bytes"] / med(stream["times"]["triad"]) if stream and "times" in stream else None
@@ -426,6 +442,9 @@ def report(results: list[dict], stream: Optional[dict], cmd: str, facts: list[st
   lines += ["", "Schedules (tunesvc, per kernel of the chain):", ""]
   for r in results:
     lines.append(f"- {r['name']}: " + "; ".join(f"{w} " + " / ".join(f"[{', '.join(o)}]" for o in r["opts"][w]) for w in r["opts"]))
+  if chains := [line for r in results for line in step_lines(r, stream["bytes"] if stream else None)]:
+    lines += ["", "Chains' kernels (tunesvc): each one's median over all its runs (a turn's untimed first one included), its own "
+              "minimal bytes over that, and that rate against the triad timed beside it:", "", *chains]
   lines += ["", "Targets of issue 14 (at this thread count):", "", *targets(results, stream_bw, stream["bytes"] if stream else None)]
   return "\n".join(lines)
 
