@@ -7,9 +7,9 @@ Per kernel (SearchSettings(beam=4, budget_s=240) as bench/search_vs_tinygrad.py,
 and, of its main thread, the time spent starting the compile pool and the runner (the first search of the process only:
 later ones lease them warm), waiting for builds (rendering and gcc in the pool), featurising and ranking a round's
 children (the model strategy), timing candidates (the runner's calls: the kernel's own runs, and the rest of it, the
-pipe, the output's poisoning, loading the library), checking the round's
-fastest against the reference, the final re-timing, and the rest (the strategy, Python). The reference is computed
-in a thread while the seeds build; its time is shown apart (it overlaps). CPU seconds of the pool's workers, the
+pipe, a checked timing's poisoning of the output, loading the library), checking the round's
+fastest against the reference, the final re-timing, and the rest (the strategy, Python); and how many candidates were
+checked. The reference is computed in a thread while the seeds build; its time is shown apart (it overlaps). CPU seconds of the pool's workers, the
 compilers they ran and the runner come from /proc. Also: candidates by round, timed runs, slow (stopped early) ones.
 `--compile`: the compiler CPU per candidate of a kernel's first two rounds (the children of its two seeds), built one
 gcc each, batched one unit each, and batched the way the search does. `--shared-vs-alone`: whether a candidate built in
@@ -98,7 +98,7 @@ def profile(name: str, k, settings: SearchSettings, clock: Clock) -> dict:
   return {"kernel": name, "wall_s": wall, "phases": dict(clock.s), "calls": dict(clock.n), "build_and_rest_s": build,
           "main_cpu_s": main_cpu, "pool_runner_cpu_s": pool_cpu, "candidates": len(r.candidates),
           "rounds": dict(collections.Counter(c.round for c in r.candidates)),
-          "status": dict(collections.Counter(c.status.value for c in r.candidates)),
+          "status": dict(collections.Counter(c.status.value for c in r.candidates)), "verified": sum(c.verified for c in r.candidates),
           "best_s": r.best_s, "baseline_s": r.baseline_s, "best_opts": r.best_opts, "conditions": r.conditions}
 
 
@@ -178,7 +178,8 @@ def main() -> int:
           f"{ph.get('kernel runs', 0):.2f} s in {n.get('kernel runs', 0)}) | check {ph.get('check', 0):.2f} | final {ph.get('final', 0):.2f} "
           f"| reference {ph.get('reference', 0):.2f} (overlapped) | CPU: main {row['main_cpu_s']:.2f} s, pool+compilers+runner "
           + ("n/a (first search)" if row["pool_runner_cpu_s"] is None else f"{row['pool_runner_cpu_s']:.2f} s")
-          + f" | {row['candidates']} candidates, rounds {row['rounds']}, {row['status']} | best {row['best_s'] * 1e6:.2f} us, "
+          + f" | {row['candidates']} candidates ({row['verified']} verified), rounds {row['rounds']}, {row['status']}"
+          f" | best {row['best_s'] * 1e6:.2f} us, "
           f"hand-coded {row['baseline_s'] * 1e6:.2f} us, {row['best_opts']}")
     if args.compile: print(f"  compiler CPU per candidate: {json.dumps({w: round(v, 1) for w, v in row['compile_ms_per_candidate'].items()})}")
     if args.shared_vs_alone: print(f"  shared unit over alone: {' '.join(f'{x:.2f}' for x in row['shared_over_alone'])}")

@@ -67,6 +67,11 @@ class BeamStrategy:
     self.rest, self.partial = [], False
     self.done = not self.pending or self.round > self.s.max_rounds
 
+  def go_on_below(self) -> float:
+    """The time this round's fastest verified child must beat for the search to go on from the round (and so use its
+    beam): inf where it goes on whatever that child's time (round 1; a cut round with patience left)."""
+    return self.last * (1 - self.s.min_improvement) if self.round > 0 and (not self.partial or self.stale >= self.s.patience) else float("inf")
+
   def _futile(self, k: Kernel) -> bool:
     """Whether k's last opt made one of its parent's ancestors (the unoptimised kernel included) `prune` times slower."""
     *parent, a = k.applied_opts

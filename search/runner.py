@@ -2,8 +2,10 @@
 
 The search writes the inputs, the reference output and its bounds to a directory once per kernel; the runner loads
 them (again, after every restart) into device buffers. Per candidate: a warm-up, then timed runs until a minimum
-measured time, each on a freshly poisoned output; an early stop once it is clearly slower than the best; and the
-last run's output, untouched by the next, checked against the reference. A candidate that kills the runner
+measured time (or half of it, where its two fastest runs agree within TIGHT); an early stop once it is clearly slower
+than the best; and, where it is checked, each run on a freshly poisoned output and the last run's output checked
+against the reference (an unchecked timing poisons nothing: its output is never read, and on a 16M-element output the
+poisoning cost half a run). A candidate that kills the runner
 (segfault) or hangs is the parent's to see: it kills and restarts the process and reports the reason. One that crashes
 without killing it (a write past its buffers' guards; on a GPU, an illegal address or a trap, after which the device's
 context fails every call) is reported by the runner, which the parent then restarts too.
@@ -44,6 +46,15 @@ def write_case(d: Path, k: KernelAST, var_vals: dict[str, int], seed: int) -> No
     np.save(d / f"{name}.npy", arr)
 
 
+TIGHT = 1.02  # a timing's two fastest runs this close confirm its fastest (the time the search ranks by)
+
+def confirmed(times: list[float], min_time_s: float) -> bool:
+  """Whether runs this long have timed a candidate well enough: half the minimum time, the two fastest within TIGHT (its
+  fastest, what the search ranks by, known to 2%). min_runs 3 and min_time_s 50 ms time a memory-bound kernel's 10-30 ms
+  run (mul_add_16m) 3-5 times; on a busy machine its runs rarely agree so well, and it times them all."""
+  return len(times) >= 2 and sum(times) >= min_time_s / 2 and (s := sorted(times))[1] <= TIGHT * s[0]
+
+
 class _Case:
   """The runner's side: device buffers (the device module's alloc, filled by its copyin) and what their output must be."""
   def __init__(self, dev, d: Path, var_vals: dict[str, int]):
@@ -58,8 +69,8 @@ class _Case:
     self.bounds = (np.load(d / "lo.npy"), np.load(d / "hi.npy")) if (d / "lo.npy").exists() else None
     self.poison = np.array(self.inputs[0])  # buffer 0 starts poisoned
 
-  def run(self, prog) -> float:
-    self.guarded[0].fill(self.poison)
+  def run(self, prog, poison: bool = True) -> float:
+    if poison: self.guarded[0].fill(self.poison)
     return prog.time(*self.bufs, var_vals=self.var_args)
 
   def trampled(self) -> Optional[Measurement]:
@@ -75,16 +86,16 @@ class _Case:
     return self.trampled() or m
 
   def _measure(self, prog, check: bool, min_time_s: float, min_runs: int, max_runs: int, early_stop_s: Optional[float]) -> Measurement:
-    first = self.run(prog)  # warm-up: code and data into caches, threads started
+    first = self.run(prog, check)  # warm-up: code and data into caches, threads started
     times: list[float] = []
     # clearly slow even cold: one warm run confirms it (a µs kernel's cold run, its code not paged in yet, was 6-16x its
     # warm ones on a busy machine, and dropped candidates on that one run)
-    if early_stop_s is not None and first > 2 * early_stop_s and (times := [self.run(prog)])[0] > early_stop_s:
+    if early_stop_s is not None and first > 2 * early_stop_s and (times := [self.run(prog, check)])[0] > early_stop_s:
       return Measurement(Status.SLOW, times)
     while len(times) < max(min_runs, max_runs):
-      times.append(self.run(prog))
+      times.append(self.run(prog, check))
       if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement(Status.SLOW, times)
-      if len(times) >= min_runs and sum(times) >= min_time_s: break
+      if len(times) >= min_runs and sum(times) >= min_time_s or confirmed(times, min_time_s): break
     if not check: return Measurement(Status.OK, times)
     if msg := compare(self.k, [g.contents() for g in self.guarded], self.want, self.vv, self.bounds): return Measurement(Status.MISMATCH, times, msg)
     return Measurement(Status.OK, times, verified=True)
@@ -153,8 +164,8 @@ class Runner:
 
   def measure(self, lib: Binary, name: str, *, check: bool, timeout_s: float, min_time_s: float = 0.1, min_runs: int = 3,
               max_runs: int = 50, early_stop_s: Optional[float] = None) -> Measurement:
-    """Time one compiled candidate: a warm-up, then at least `min_runs` and `min_time_s` of runs (at most `max_runs`);
-    `timeout_s` bounds the whole measurement (a hang's limit)."""
+    """Time one compiled candidate: a warm-up, then at least `min_runs` and `min_time_s` of runs (at most `max_runs`), or
+    half min_time_s where the two fastest agree (`confirmed`); `timeout_s` bounds the whole measurement (a hang's limit)."""
     try:
       self.conn.send(("measure", lib, name, check, min_time_s, min_runs, max_runs, early_stop_s))
       if self.conn.poll(timeout_s):

@@ -16,6 +16,7 @@ class Strategy(Protocol):
   round: int                          # the round of the last proposals (0: the seeds)
   def propose(self, n: int) -> list[Kernel]: ...   # at most n schedules not proposed before (round 0: all seeds); [] when done
   def observe(self, results: list[tuple[Kernel, Candidate]]) -> None: ...
+  def go_on_below(self) -> float: ...  # the time the round's fastest verified candidate must beat for the search to go on (inf: it goes on)
 
 
 def drive(strategy: Strategy, measure: Measure, budget_candidates: Optional[int] = None, deadline: float | Callable[[], float] = float("inf"),

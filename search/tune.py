@@ -82,6 +82,7 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     fitted = priors.model(root.options, data, prior) if model else None
     strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, data, cut=model, fitted=fitted) if model or data \
       else BeamStrategy(seeds, actions, s.strategy, extra)
+    search.go_on_below = strategy.go_on_below
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     case.result()
@@ -109,6 +110,7 @@ class _Search:
     self.case = case  # the runner's setup, done once it is (its exception raised at the first timing)
     self.hand_opts, self.runs = hand_opts or [], runs
     self.effort = 1.0  # the share of the budget this kernel is worth, known once the seeds are measured
+    self.go_on_below: Callable[[], float] = lambda: float("inf")  # the strategy's (search/beam.py): which checks its beam needs
     self.options = dev.options()
     self.best_s: Optional[float] = None
     self.libs: dict[str, Build] = {}   # source hash -> build of the candidates timed in full
@@ -139,7 +141,7 @@ class _Search:
     builds.close()
     for b, c in sorted(seeds, key=lambda p: order[id(p[0].kernel)]):
       if more(): add(b.kernel, self.time(c, b, check))
-    if not check: self.verify_fastest([c for _, c in out])
+    if not check: self.verify_fastest([c for _, c in out], self.go_on_below())
     if rnd == 0: self.weigh([c for _, c in out])
     return out
 
@@ -149,13 +151,16 @@ class _Search:
     if hand := next((c for c in ok if c.opts == self.hand_opts), None) or min(ok, key=lambda c: c.fastest_s, default=None):
       self.effort = self.s.strategy.effort(hand.fastest_s * self.runs)
 
-  def verify_fastest(self, timed: list[Candidate]) -> None:
+  def verify_fastest(self, timed: list[Candidate], go_on_below: float = float("inf")) -> None:
     """Check the round's fastest timed candidates against the reference, fastest first, until `need` of them passed:
-    all the beam and the final check can pick (they take verified candidates only). The others are never checked: on
-    a kernel with a large output the check cost more than the timing (mul_add_16m: ~0.1-0.4 s a candidate)."""
-    need = max(self.s.strategy.beam, self.s.final.final_top)
+    all the beam and the final check can pick (they take verified candidates only). Once one passed at or above
+    `go_on_below` the search ends with this round (the strategy's bar) and its beam is never used: the rest are checked
+    only where the final check could pick them (finalist()). The others are never checked: on a kernel with a large
+    output the check cost more than the timing (mul_add_16m: ~0.1-0.4 s a candidate)."""
+    need, ends = max(self.s.strategy.beam, self.s.final.final_top), None  # ends: known from the round's fastest that passed
     for c in sorted((c for c in timed if c.status is Status.OK), key=lambda c: c.fastest_s):
       if need <= 0: return
+      if ends and not self.finalist(c): continue
       if not c.verified:
         b = self.libs[c.source_hash]
         with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
@@ -163,8 +168,16 @@ class _Search:
         c.verified = m.status is Status.OK and m.verified
         if not c.verified: c.status, c.error = (m.status, m.error) if m.status is not Status.OK else (Status.MISMATCH, "not verified")
       if c.verified:
-        need -= 1
+        need, ends = need - 1, c.fastest_s >= go_on_below if ends is None else ends
         self.best_s = c.fastest_s if self.best_s is None else min(self.best_s, c.fastest_s)
+
+  def finalist(self, c: Candidate) -> bool:
+    """Whether the final check could pick c were it verified: faster than the final_top-th fastest verified candidate, or
+    than the fastest verified one on one core where c runs on one (final(): its `top` and `alone`). Later rounds only
+    add faster verified candidates: one that is not now never becomes one."""
+    ok = sorted((x for x in self.candidates if x.status is Status.OK and x.verified), key=lambda x: x.fastest_s)
+    if len(ok) < self.s.final.final_top or c.fastest_s < ok[self.s.final.final_top - 1].fastest_s: return True
+    return not _threaded(c) and c.fastest_s < min((x.fastest_s for x in ok if not _threaded(x)), default=float("inf"))
 
   def time(self, c: Candidate, b: Build, check: bool = True) -> Candidate:
     """Time one compiled candidate, and with `check` verify it; on the CPU the pool's workers are stopped meanwhile."""
@@ -193,7 +206,7 @@ class _Search:
     base = next((c for c in ok if c.opts == self.hand_opts), None) or next((c for c in ok if not c.opts), ok[0])
     # the fastest schedule on one core competes too: where the fastest few are all THREAD ones, a busy core re-times
     # them up to 100x slow and the check fell back to the baseline (sops_8908: 122 us stored, 18-50 us found)
-    alone = next((c for c in ok if not any(o["op"] == "THREAD" for o in c.opts)), base)
+    alone = next((c for c in ok if not _threaded(c)), base)
     top = [c for c in ok[:s.final_top] if c.fastest_s < early_stop * ok[0].fastest_s]
     finalists = list({id(c): c for c in top + [alone, base]}.values())
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
@@ -240,6 +253,8 @@ def warm_seeds(root: Kernel, schedules: Sequence[Sequence], actions: Sequence[Op
       out.append(k)
   return out
 
+
+def _threaded(c: Candidate) -> bool: return any(o["op"] == "THREAD" for o in c.opts)
 
 def _failed(c: Candidate, status: Status, error: str) -> Candidate:
   c.status, c.error = status, error

@@ -387,6 +387,67 @@ def test_each_round_checks_its_fastest_until_enough_pass_and_a_wrong_one_is_neve
   assert search.best_s == 2e-3  # the bar for early stops: the fastest verified
 
 
+def _verifying_search(beam: int, final_top: int, verified: list[Candidate]):
+  """A _Search whose runner counts the checks it makes (every one passes) and that already holds `verified`."""
+  checked: list[str] = []
+  class Runner:
+    def measure(self, lib, name, check, **kw):
+      checked.append(lib.decode())
+      return Measurement(Status.OK, [1e-3], verified=True)
+  search = search_tune._Search(cpu, SearchSettings.from_json(dict(beam=beam, final_top=final_top)), None,
+                               SimpleNamespace(paused=contextlib.nullcontext), Runner(), None, None)
+  search.candidates = list(verified)
+  return search, checked
+
+
+@pytest.mark.parametrize("goes_on", [True, False])
+def test_a_round_that_ends_the_search_checks_only_the_children_the_final_check_could_pick(goes_on):
+  # mul_add_16m's check (a run and a compare of 16M elements) cost more than its timing, and the last round's children
+  # checked for a beam that is never used were most of them: the search's picks must stay what checking them all gives
+  up = lambda n: [{"op": "UPCAST", "axis": 0, "amt": n}]
+  thread = [{"op": "THREAD", "axis": 0, "amt": 2}]
+  earlier = [Candidate(o, Status.OK, 1, f"e{i}", times_s=[t], verified=True) for i, (o, t) in
+             enumerate([(thread, 1e-3), (up(2), 3e-3), (thread + up(2), 4e-3)])]
+  rnd = [Candidate(o, Status.OK, 2, f"r{i}", times_s=[t]) for i, (o, t) in
+         enumerate([(up(4), 2.5e-3), (thread + up(4), 2.8e-3), (thread + up(8), 4.5e-3), (up(8), 5e-3), (up(16), 6e-3)])]
+  search, checked = _verifying_search(4, 3, earlier + rnd)
+  search.libs = {c.source_hash: SimpleNamespace(binary=c.source_hash.encode(), name="kernel") for c in rnd}
+  search.verify_fastest(list(reversed(rnd)), float("inf") if goes_on else 2e-3)
+  if goes_on: assert checked == ["r0", "r1", "r2", "r3"]  # the next beam: the round's 4 fastest
+  else:  # its fastest (2.5 ms: not under the 2 ms bar, the search ends) and r1, faster than the 3rd fastest verified (3 ms)
+    assert checked == ["r0", "r1"] and not rnd[2].verified and rnd[2].status is Status.OK
+  # the final check's picks are the same either way: the 3 fastest verified, and the fastest on one core (r0)
+  ok = sorted((c for c in search.candidates if c.verified), key=lambda c: c.fastest_s)
+  assert [c.source_hash for c in ok[:3]] == ["e0", "r0", "r1"]
+
+
+def test_a_round_that_ends_the_search_still_checks_a_child_on_one_core_faster_than_any_verified_there():
+  thread = lambda n: [{"op": "THREAD", "axis": 0, "amt": n}]
+  earlier = [Candidate(thread(2) + [{"op": "UPCAST", "axis": 0, "amt": n}], Status.OK, 1, f"e{n}", times_s=[n * 1e-3], verified=True)
+             for n in (1, 2, 3)] + [Candidate([], Status.OK, 0, "seed", times_s=[9e-3], verified=True)]
+  rnd = [Candidate(thread(3), Status.OK, 2, "t", times_s=[4e-3]),
+         Candidate([{"op": "UNROLL", "axis": 0, "amt": 4}], Status.OK, 2, "one", times_s=[5e-3])]
+  search, checked = _verifying_search(4, 3, earlier + rnd)
+  search.libs = {c.source_hash: SimpleNamespace(binary=c.source_hash.encode(), name="kernel") for c in rnd}
+  search.verify_fastest(rnd, 1e-3)
+  assert checked == ["t", "one"]  # t: the round's fastest; one: the final's fastest on one core (5 ms < the seed's 9)
+
+
+def test_the_beam_says_which_rounds_can_end_the_search():
+  k = Kernel(reduce("SUM", (256, 256), (1,)), cpu.options())
+  b = BeamStrategy([k.copy()], actions_for(k.options), StrategySettings(beam=2, min_improvement=0.1, patience=1))
+  assert b.go_on_below() == math.inf  # the seeds
+  b.observe([(x, Candidate([], Status.OK, 0, "s", times_s=[1e-3], verified=True)) for x in b.propose(10)])
+  b.propose(4)
+  assert b.go_on_below() == math.inf  # round 1: the seeds set no bar
+  b.last = 1e-3
+  assert b.go_on_below() == pytest.approx(0.9e-3)  # a round 10% faster than the last goes on
+  b.partial = True
+  assert b.go_on_below() == math.inf  # a cut round with patience left goes on whatever it measured
+  b.stale = 1
+  assert b.go_on_below() == pytest.approx(0.9e-3)
+
+
 def test_a_kernel_worth_little_gets_the_root_of_its_share_of_the_budget():
   s = StrategySettings(worth_s=1e-3, min_effort=0.1)
   assert s.effort(1e-5) == 0.1 and s.effort(1e-4) == pytest.approx(0.1 ** 0.5) and s.effort(1e-3) == s.effort(5.0) == 1.0
