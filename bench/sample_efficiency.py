@@ -8,13 +8,16 @@ strategy: the candidates measured until the first verified one within 95% of the
 count read off the reference run, in measuring order), and how many it measured in all. Ranking quality: Kendall tau-b
 against the reference run's measured times of a cost model fitted on a seeded 3/4 of its timed candidates, ranking the
 held-back quarter (tau), and of the prior shipped for this CPU's family (search/prior.py, fitted on other kernels)
-ranking all of them (prior_tau). The machine's load (/proc/loadavg) is recorded before and after, and each candidate's
-other load during its timing.
+ranking all of them (prior_tau). Per kernel, recorded beside it: the candidates' mean other load while timed, the wait
+for a quiet machine before it (--quiet-wait) and the load it ended at, the load average, the CPU, the device family, the
+commit. The defaults are issue 13's run (100 kernels, the reference an exhaustive beam 8 with no budget: hours); --json
+is written after every kernel, so a run can be stopped and gone on with (--resume), on a quiet machine at a time.
 
-  nice -n 10 python bench/sample_efficiency.py --kernels 3 --json docs/sample_efficiency.json
+  python bench/sample_efficiency.py --quiet-wait 60 --json sample_efficiency.json [--resume]
+  python bench/sample_efficiency.py --kernels 3 --ref-beam 2 --ref-budget-s 60     # a quick look
 """
 from __future__ import annotations
-import argparse, gzip, json, math, random, statistics, sys, time
+import argparse, gzip, json, math, random, subprocess, statistics, sys, time
 from pathlib import Path
 from scipy.stats import kendalltau
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +30,8 @@ from search.cost_model import CostModel
 from search.features import schedule_features
 from search.result import SearchResult, Status
 from search.settings import SearchSettings
+from search.load import wait_quiet
+from cpu_kernels import QUIET  # and libgomp's short spin for the THREAD candidates (GOMP_SPINCOUNT)
 from search.tune import tune
 
 CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in the checkout, as tests/conftest.py
@@ -64,20 +69,41 @@ def taus(ast, r: SearchResult, seed: int) -> tuple[float | None, float | None]:
   return kendall(CostModel().fit(X[:cut], t[:cut]).predict(X[cut:]), t[cut:]), None if shipped is None else kendall(shipped.predict(X), t)
 
 
+def summary(rows: list[dict]) -> dict:
+  out: dict = {}
+  for who in ("beam", "model"):
+    got = [r[f"{who}_to_95"] for r in rows if r[f"{who}_to_95"] is not None]
+    out[f"{who}_reached_95"] = f"{len(got)}/{len(rows)}"  # the median is over these only: a run that never got there has no count
+    out[f"{who}_to_95_median"] = statistics.median(got) if got else None
+  return out
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--kernels", type=int, default=3)
+  p.add_argument("--kernels", type=int, default=100)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--min-pos", type=int, default=1 << 12)
   p.add_argument("--max-pos", type=int, default=1 << 18)
-  p.add_argument("--ref-beam", type=int, default=2)
-  p.add_argument("--ref-budget-s", type=float, default=60.0)
+  p.add_argument("--ref-beam", type=int, default=8, help="the reference beam's width (default 8: issue 13's exhaustive beam)")
+  p.add_argument("--ref-budget-s", type=float, default=86400.0, help="its cap in seconds (default a day: no budget)")
   p.add_argument("--measure-top", type=int, default=6)
-  p.add_argument("--json", type=Path)
+  p.add_argument("--quiet-wait", type=float, default=0.0, metavar="S", help="before each kernel, wait up to S s for the rest of the "
+                 f"machine to use under {QUIET} cores (the wait and the load it ended at are recorded)")
+  p.add_argument("--json", type=Path, help="written after every kernel; with --resume, the kernels it holds are not run again")
+  p.add_argument("--resume", action="store_true", help="go on from --json's rows (a run of the same settings: refused otherwise)")
   a = p.parse_args()
+  settings = {k: getattr(a, k) for k in ("seed", "min_pos", "max_pos", "ref_beam", "ref_budget_s", "measure_top")}
+  out = {"command": " ".join(sys.argv), "settings": settings, "rows": []}
+  if a.resume:
+    if a.json is None or not a.json.exists(): raise SystemExit("--resume needs an existing --json")
+    out = json.loads(a.json.read_text())
+    if out.get("settings") != settings: raise SystemExit(f"--resume: {a.json} was run with {out.get('settings')}, not {settings}")
+  done = {r["kernel"] for r in out["rows"]}
+  commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
   common = dict(beam=a.ref_beam, budget_s=a.ref_budget_s, min_time_s=0.005, final_rounds=1, on_busy="store")
-  load_before, rows = Path("/proc/loadavg").read_text().split()[:3], []
   for i, ast in enumerate(pick(a.kernels, a.seed, a.min_pos, a.max_pos)):
+    if ast.name in done: continue
+    waited, load = wait_quiet(QUIET, a.quiet_wait) if a.quiet_wait > 0 else (0.0, None)
     runs: dict[str, SearchResult] = {}
     for who in (("beam", "model") if i % 2 == 0 else ("model", "beam")):
       t = time.monotonic()
@@ -85,18 +111,18 @@ def main() -> None:
       runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **model)))
       print(f"{ast.name} {who}: {len(runs[who].candidates)} candidates, {time.monotonic() - t:.1f} s", file=sys.stderr)
     best = min(c.min_s for r in runs.values() for c in r.candidates if c.status is Status.OK and c.verified)
-    rows.append({"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best,
-                 **{f"{who}_to_95": to_95(r, best) for who, r in runs.items()}, **{f"{who}_measured": len(r.candidates) for who, r in runs.items()},
-                 **dict(zip(("tau", "prior_tau"), taus(ast, runs["beam"], a.seed))),
-                 "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2)})
-    print(json.dumps(rows[-1]))
-  out = {"command": " ".join(sys.argv), "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().split()[:3], "rows": rows}
-  for who in ("beam", "model"):
-    got = [r[f"{who}_to_95"] for r in rows if r[f"{who}_to_95"] is not None]
-    out[f"{who}_reached_95"] = f"{len(got)}/{len(rows)}"  # the median is over these only: a run that never got there has no count
-    out[f"{who}_to_95_median"] = statistics.median(got) if got else None
+    out["rows"].append({"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best,
+                        **{f"{who}_to_95": to_95(r, best) for who, r in runs.items()},
+                        **{f"{who}_measured": len(r.candidates) for who, r in runs.items()},
+                        **dict(zip(("tau", "prior_tau"), taus(ast, runs["beam"], a.seed))),
+                        "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2),
+                        "quiet_wait_s": round(waited, 1), "load_at_start": None if load is None else round(load, 2),
+                        "cpu": cpu.fingerprint()["cpu"], "family": prior.family(cpu.options()), "commit": commit,
+                        "loadavg": Path("/proc/loadavg").read_text().split()[:3], "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})
+    print(json.dumps(out["rows"][-1]))
+    out.update(summary(out["rows"]))
+    if a.json: a.json.write_text(json.dumps(out, indent=1) + "\n")
   print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
-  if a.json: a.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__": main()
