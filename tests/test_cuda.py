@@ -159,7 +159,7 @@ def test_programs_take_host_arrays_and_copy_every_buffer_back():
 @needs_gpu
 @pytest.mark.parametrize("k,opts", SCHEDULES, ids=IDS)
 def test_gpu_schedules_match_the_reference(k, opts):
-  for vv in var_values(k): run(cuda, "CUDA", k, opts, vv)
+  run(cuda, "CUDA", k, opts, var_values(k))
 
 
 @needs_gpu

@@ -118,4 +118,4 @@ def test_fingerprint_options_and_registry():
 @needs_gpu
 @pytest.mark.parametrize("k,opts", SCHEDULES, ids=IDS)
 def test_gpu_schedules_match_the_reference(k, opts):
-  for vv in var_values(k): run(hip, "HIP", k, opts, vv)
+  run(hip, "HIP", k, opts, var_values(k))

@@ -39,9 +39,9 @@ def schedules(k, options, all_opts):
 def test_a_named_variable_runs_right_on_the_cpu(name):
   for k in named(name):
     for opts in schedules(k, cpu.options(), CPU_OPTS):
+      src, prog, _ = compile_kernel(k, "CPU", opts)  # once: the variable's value is an argument
       for x in (1, 17, 40):
         vv = {name: x}
-        src, prog, _ = compile_kernel(k, "CPU", opts)
         got, want = reference.random_buffers(k, vv, 3), reference.random_buffers(k, vv, 3)
         reference.run(k, want, vv)
         prog(*got, var_vals=[x])
@@ -54,7 +54,7 @@ def test_a_named_variable_runs_right_on_the_cpu(name):
 def test_a_named_variable_runs_right_on_opencl(name):
   for k in named(name):
     legal = list(schedules(k, opencl.options(), GPU_OPTS))
-    for x in (1, 40): run(opencl, "OPENCL", k, legal[NAMES.index(name) % len(legal)], {name: x})
+    run(opencl, "OPENCL", k, legal[NAMES.index(name) % len(legal)], [{name: 1}, {name: 40}])
 
 @pytest.mark.skipif(not nvrtc.available(), reason="no NVRTC (pip install nvidia-cuda-nvrtc: the test extra has it)")
 def test_named_variables_compile_for_cuda():

@@ -43,7 +43,7 @@ def test_without_an_icd_opencl_is_not_available():
 
 @pytest.mark.parametrize("k,opts", SCHEDULES, ids=IDS)
 def test_gpu_schedules_match_the_reference(k, opts):
-  for vv in var_values(k): run(opencl, "OPENCL", k, opts, vv)
+  run(opencl, "OPENCL", k, opts, var_values(k))
 
 
 # a bounded random run's coverage is its size: 300 cases, the first 50 in `make test` (the suite's costliest test at 100:
