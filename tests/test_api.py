@@ -324,8 +324,11 @@ def test_health_metrics_and_the_openapi_schema(api, tmp_path):
   assert r.status_code == 503 and r.json()["detail"].startswith("database: OperationalError")
 
 
+# a bounded random run's coverage is its size: each operation 15 cases in `make test` (at 30, ~16 CPU-s cold) and 30 more,
+# drawn independently (hypothesis, unseeded), in the exhaustive tier, which CI runs too
 @pytest.mark.slow
-def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
+@pytest.mark.parametrize("examples_per_op", [15, pytest.param(30, marks=pytest.mark.exhaustive)], ids=["15-each", "30-more-each"])
+def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path, examples_per_op):
   """No tokens, so the fuzzer reaches past authentication; a few kernels, a worker and a tuned result to find. (The fuzzer
   and TestClient call the app by the name testserver.)"""
   app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/fuzz.db", max_body_bytes=1 << 20, allowed_hosts=("testserver",)))
@@ -341,7 +344,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(tmp_path):
   assert len(ops) == 22
   for op in ops:
     @given(case=op.as_strategy())
-    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=examples_per_op, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def fuzz(case): case.call_and_validate(checks=[not_a_server_error])
     fuzz()
 

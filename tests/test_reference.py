@@ -159,13 +159,18 @@ def test_random_buffers_are_seeded_nonzero_and_poison_the_output():
   assert not reference.is_poison(np.array([np.nan, np.inf], np.float32), float32).any()  # computed NaNs are not poison
 
 
-@pytest.mark.parametrize("k", [matmul(33, 17, 65), reduce("SUM", (64, 96), (0, 1)), reduce("MAX", (40, 50, 6), (1,)),
-                               conv2d(2, 4, 9, 9, 6, 3, 3, padding=1, stride=2), reduce("SUM", (64, 96), (0,), DTYPES["int32"])],
-                         ids=["matmul", "sum_all", "max_mid", "conv2d", "int_sum"])
-def test_result_does_not_depend_on_blocking(k, monkeypatch):
+BLOCKED = {"matmul": matmul(33, 17, 65), "sum_all": reduce("SUM", (64, 96), (0, 1)), "max_mid": reduce("MAX", (40, 50, 6), (1,)),
+           "conv2d": conv2d(2, 4, 9, 9, 6, 3, 3, padding=1, stride=2), "int_sum": reduce("SUM", (64, 96), (0,), DTYPES["int32"])}
+# every kernel at blocks of 1, 7 and 500 elements; one element a block is a numpy call a position (matmul's 4.4 CPU-s,
+# conv2d's 3.1, busy): theirs in the exhaustive tier, which CI runs too, the reductions' in `make test`
+@pytest.mark.parametrize("name,blocks", [(n, (1, 7, 500) if n not in ("matmul", "conv2d") else (7, 500)) for n in BLOCKED] +
+                         [pytest.param(n, (1,), marks=pytest.mark.exhaustive) for n in ("matmul", "conv2d")],
+                         ids=lambda x: x if isinstance(x, str) else "-".join(map(str, x)))
+def test_result_does_not_depend_on_blocking(name, blocks, monkeypatch):
+  k = BLOCKED[name]
   ref = reference.random_buffers(k, seed=1)
   reference.run(k, ref)
-  for block in (1, 7, 500):
+  for block in blocks:
     monkeypatch.setattr(reference, "BLOCK_ELEMENTS", block)
     bufs = reference.random_buffers(k, seed=1)
     reference.run(k, bufs)
