@@ -1,7 +1,7 @@
 """The CPU backend (devices/base.py's Device): C compiler with an on-disk cache, ctypes program loader, aligned
 allocator, timer, fingerprint."""
 from __future__ import annotations
-import ctypes, functools, hashlib, json, os, platform, re, shutil, subprocess, tempfile, time
+import contextlib, ctypes, functools, hashlib, json, os, platform, re, shutil, signal, subprocess, tempfile, time
 from pathlib import Path
 from typing import Callable, Sequence
 import numpy as np
@@ -50,11 +50,28 @@ def available() -> bool: return shutil.which(_cc()) is not None
 
 
 def _run(cmd: list[str], src: str = "", timeout: float = 60.0) -> str:
-  try: r = subprocess.run(cmd, input=src.encode(), capture_output=True, timeout=timeout)
-  except subprocess.TimeoutExpired: raise CompileError(f"{cmd[0]}: timed out after {timeout}s") from None
-  if r.returncode != 0:
-    raise CompileError(f"{cmd[0]} failed ({r.returncode}):\n{clipped(r.stderr.decode(errors='replace'))}")
-  return r.stdout.decode(errors="replace")
+  with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+    try: out, err = p.communicate(src.encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+      _kill_tree(p.pid)
+      p.communicate()
+      raise CompileError(f"{cmd[0]}: timed out after {timeout}s") from None
+  if p.returncode != 0: raise CompileError(f"{cmd[0]} failed ({p.returncode}):\n{clipped(err.decode(errors='replace'))}")
+  return out.decode(errors="replace")
+
+def _kill_tree(pid: int) -> None:
+  """SIGKILL a process and every process under it. A compiler driver killed alone leaves its cc1 running, reparented
+  to init, for as long as the unit takes (a timed-out batch's cc1 burned minutes of CPU after its search had moved on);
+  its descendants are read from /proc before any dies, while they are still its."""
+  children: dict[int, list[int]] = {}
+  for stat in Path("/proc").glob("[0-9]*/stat"):
+    try: fields = stat.read_text().rsplit(")", 1)[1].split()
+    except OSError: continue  # gone meanwhile
+    children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+  tree, i = [pid], 0
+  while i < len(tree): tree, i = tree + children.get(tree[i], []), i + 1
+  for p in tree:
+    with contextlib.suppress(ProcessLookupError): os.kill(p, signal.SIGKILL)
 
 @functools.cache
 def _compiler(cc: str) -> tuple[str, str, str]:

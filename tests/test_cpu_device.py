@@ -1,4 +1,4 @@
-import os, pickle
+import os, pickle, time
 import numpy as np
 import pytest
 from devices import cpu, registry
@@ -112,3 +112,18 @@ def test_options():
 def test_registry():
   assert registry.available()[0] == "CPU" and registry.get("CPU") is cpu
   with pytest.raises(ValueError, match="CPU"): registry.get("CUDA")
+
+
+def test_a_compile_that_times_out_leaves_no_process_of_its_own_running(tmp_path):
+  # a driver killed alone left its cc1 running, reparented to init: a timed-out batch's burned minutes of CPU after the
+  # search had moved on. Here the "compiler" is a shell that starts a grandchild and waits, as gcc's driver waits for cc1.
+  pidfile = tmp_path / "grandchild"
+  cc = tmp_path / "cc"
+  cc.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pidfile}\nwait\n")
+  cc.chmod(0o755)
+  with pytest.raises(CompileError, match="timed out"): cpu._run([str(cc)], timeout=0.5)
+  pid = int(pidfile.read_text())
+  for _ in range(100):  # init reaps the killed orphan
+    if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z": break
+    time.sleep(0.01)
+  else: raise AssertionError(f"the compiler's child {pid} still runs after the timeout")
