@@ -38,6 +38,7 @@ BLOCK_K = BLOCK_N = 256
 # _packed_vector's accumulators (vectors), leaving registers for the packed vector and a broadcast: 14 of AVX-512's 32
 # (1x1 conv 256->64 56x56, Zen 4: 14 pixels 86, 16 pixels 62 GFLOP/s); 12 of AVX2's 16, as BLAS kernels there keep
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
+AVX2_REGISTERS = 16  # ymm registers: a window row _channel_tile keeps whole beside one packed vector and a broadcast
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
 PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at most 1/16 of its work wasted
@@ -159,16 +160,23 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   pixels = [i for i in reversed(range(t.thread_dims + t.block_dims, t.first_reduce))
             if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
   last = t.shape_len - t.upcasted - 1
-  budget = (PIXEL_TILE_512 if max(k.options.float_vector_widths, default=4) >= 16 else PIXEL_TILE) // vecs
+  wide = max(k.options.float_vector_widths, default=4) >= 16
+  budget = (PIXEL_TILE_512 if wide else PIXEL_TILE) // vecs
   padded = _padded_pixels(t, pixels, budget)
   window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and t.is_reduce_axis(last) and \
     isinstance(w := t.full_shape[last], int) and w <= WINDOW and _shared_window(t, pixels[0], last)
   row = pixels[:1] if window or vecs > 1 else pixels
+  # AVX2, one vector: a window row whose budget's half (left for the next pixel axis, which a window row's tile does not
+  # take) keeps under ACC_CHAINS // 2 accumulators takes the whole row where it fits the registers left beside the packed
+  # vector and a broadcast (3x3 conv 256 channels 14x14, busy Zen 3, interleaved, 1 thread: 2 pixels 6.38 ms, 7 pixels
+  # 8.25, the whole row 3.98; but sops_627's 8-wide row, 4 pixels kept, ran 0.76x whole)
+  whole = window and vecs == 1 and not wide and smax(t.full_shape[row[0]]) <= AVX2_REGISTERS - 2 and \
+    (_tile_part(t, pixels, 0, budget) or 0) < ACC_CHAINS // 2
   # two vectors only beside a whole row of 7 pixels (or a padded one): with fewer, or none, they measured 0.2-0.7x
   # (sops_7440, sops_4609)
   if vecs > 1 and not padded and (not row or _tile_part(t, row, 0, budget) != budget): return None
   for n, i in enumerate(row):
-    amt = padded if n == 0 and padded else _tile_part(t, pixels if vecs == 1 else row, n, budget)
+    amt = padded if n == 0 and padded else smax(t.full_shape[i]) if whole else _tile_part(t, pixels if vecs == 1 else row, n, budget)
     if amt is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
   if window: _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, 0))
   # a tile of fewer accumulators than hide an FMA's latency where pixels are left to loop over, reusing the packed vector

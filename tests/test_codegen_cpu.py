@@ -252,6 +252,20 @@ def test_a_padded_or_strided_convs_vector_is_its_output_channels_with_the_weight
     check(k, opts=opts)
 
 
+def test_an_avx2_window_row_of_one_vector_takes_the_whole_row_where_the_budgets_half_keeps_under_4_pixels():
+  # a padded 3x3 conv of 14-wide rows, one vector of channels beside the window's row: AVX2's budget (12) halved for the
+  # next pixel axis kept 2 pixels (3x3 256 channels 14x14, busy Zen 3, 1 thread: 6.4 -> 3.7-4.0 ms with the row's 14);
+  # AVX-512's choice (7 of 14) is unchanged
+  k = conv2d(1, 8, 14, 14, 16, 3, 3, padding=1)
+  def tile(widths):
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
+    return opts, [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")]
+  avx2, applied = tile((4, 8))
+  assert applied == [("UPCAST", 1, 0), ("UPCAST", 3, 14), ("UNROLL", 2, 0)], avx2
+  assert tile((4, 8, 16))[1] == [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]
+  check(k, opts=avx2)
+
+
 def test_a_load_after_the_reduce_neither_is_packed_nor_keeps_the_pixels_out_of_the_tile():
   # a 1x1 conv at 7x7 plus a residual (ResNet's last stage): the residual varies along the pixels, but it is read once an
   # output, after the reduce: the pixels still tile beside the packed weights (it kept them out: one pixel a step, 3.9 ms
