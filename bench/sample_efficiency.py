@@ -50,8 +50,7 @@ def pick(n: int, seed: int, lo: int, hi: int) -> list:
   return ok[:n]
 
 
-def verified(r: SearchResult) -> list:
-  return [c for c in r.candidates if c.status is Status.OK and c.verified]
+def verified(c) -> bool: return c.status is Status.OK and c.verified
 
 
 def retime(ast, schedules: dict[str, list[dict]], seed: int) -> dict[str, float]:
@@ -63,7 +62,7 @@ def retime(ast, schedules: dict[str, list[dict]], seed: int) -> dict[str, float]
 
 def best_schedule(ast, runs: dict[str, SearchResult], seed: int) -> tuple[list[dict], float]:
   """The fastest schedule either search found, by re-timing each search's three fastest verified ones together."""
-  top = {json.dumps(c.opts): c.opts for r in runs.values() for c in sorted(verified(r), key=lambda c: c.fastest_s)[:3]}
+  top = {json.dumps(c.opts): c.opts for r in runs.values() for c in sorted(filter(verified, r.candidates), key=lambda c: c.fastest_s)[:3]}
   fastest = retime(ast, top, seed)
   key = min(fastest, key=fastest.__getitem__)
   return top[key], fastest[key]
@@ -73,7 +72,7 @@ def to_95(ast, r: SearchResult, best: list[dict], best_s: float, seed: int) -> i
   """1-based count of candidates measured until the first verified one within 95% of the best schedule's speed, each
   plausible one (its own timing within 80%) re-timed beside the best."""
   for i, c in enumerate(r.candidates):
-    if c.status is Status.OK and c.verified and c.fastest_s * 0.8 <= best_s:
+    if verified(c) and c.fastest_s * 0.8 <= best_s:
       fastest = retime(ast, {"best": best, "cand": c.opts}, seed)
       if fastest["cand"] * 0.95 <= fastest["best"]: return i + 1
   return None
