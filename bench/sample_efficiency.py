@@ -21,6 +21,7 @@ is written after every kernel, so a run can be stopped and gone on with (--resum
 from __future__ import annotations
 import argparse, gzip, json, math, random, subprocess, statistics, sys, time
 from pathlib import Path
+from typing import Callable
 from scipy.stats import kendalltau
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,7 +35,7 @@ from search.result import SearchResult, Status
 from search.settings import SearchSettings
 from search.load import wait_quiet
 from cpu_kernels import QUIET, measure  # and libgomp's short spin for the THREAD candidates (GOMP_SPINCOUNT)
-from warm_start import timers
+from warm_start import Timed
 from search.tune import tune
 
 CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in the checkout, as tests/conftest.py
@@ -53,27 +54,28 @@ def pick(n: int, seed: int, lo: int, hi: int) -> list:
 def verified(c) -> bool: return c.status is Status.OK and c.verified
 
 
-def retime(ast, schedules: dict[str, list[dict]], seed: int) -> dict[str, float]:
-  """Fastest run of each schedule (the searches' own measure), compiled here, checked against the reference, timed
-  interleaved in one run: two searches' own timings of microsecond kernels differ by more than the 5% allowed."""
-  ts = measure(timers(ast, schedules, seed), min_time=0.1, min_runs=7, max_runs=400, turn=0.02)
+def retime(fns: dict) -> dict[str, float]:
+  """Fastest run of each timed schedule (the searches' own measure), timed interleaved in one run: two searches' own
+  timings of microsecond kernels differ by more than the 5% allowed."""
+  ts = measure(fns, min_time=0.1, min_runs=7, max_runs=400, turn=0.02)
   return {who: min(t) for who, t in ts.items()}
 
 
-def best_schedule(ast, runs: dict[str, SearchResult], seed: int) -> tuple[list[dict], float]:
+def best_schedule(timed: Timed, runs: dict[str, SearchResult]) -> tuple[list[dict], float, Callable[[], float]]:
   """The fastest schedule either search found, by re-timing each search's three fastest verified ones together."""
   top = {json.dumps(c.opts): c.opts for r in runs.values() for c in sorted(filter(verified, r.candidates), key=lambda c: c.fastest_s)[:3]}
-  fastest = retime(ast, top, seed)
+  fns = {key: timed.timer(key, opts) for key, opts in top.items()}
+  fastest = retime(fns)
   key = min(fastest, key=fastest.__getitem__)
-  return top[key], fastest[key]
+  return top[key], fastest[key], fns[key]
 
 
-def to_95(ast, r: SearchResult, best: list[dict], best_s: float, seed: int) -> int | None:
+def to_95(timed: Timed, r: SearchResult, best_fn: Callable[[], float], best_s: float) -> int | None:
   """1-based count of candidates measured until the first verified one within 95% of the best schedule's speed, each
   plausible one (its own timing within 80%) re-timed beside the best."""
   for i, c in enumerate(r.candidates):
     if verified(c) and c.fastest_s * 0.8 <= best_s:
-      fastest = retime(ast, {"best": best, "cand": c.opts}, seed)
+      fastest = retime({"best": best_fn, "cand": timed.timer("cand", c.opts)})
       if fastest["cand"] * 0.95 <= fastest["best"]: return i + 1
   return None
 
@@ -138,9 +140,10 @@ def main() -> None:
       model = {"strategy": "model", "measure_top": a.measure_top} if who == "model" else {"strategy": "beam"}
       runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **model)))
       print(f"{ast.name} {who}: {len(runs[who].candidates)} candidates, {time.monotonic() - t:.1f} s", file=sys.stderr)
-    best, best_s = best_schedule(ast, runs, a.seed)
+    timed = Timed(ast, a.seed)  # inputs and the reference made once for every re-timing of this kernel
+    best, best_s, best_fn = best_schedule(timed, runs)
     out["rows"].append({"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best_s, "best_opts": best,
-                        **{f"{who}_to_95": to_95(ast, r, best, best_s, a.seed) for who, r in runs.items()},
+                        **{f"{who}_to_95": to_95(timed, r, best_fn, best_s) for who, r in runs.items()},
                         **{f"{who}_measured": len(r.candidates) for who, r in runs.items()},
                         **dict(zip(("tau", "prior_tau"), taus(ast, runs["beam"], a.seed))),
                         "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2),

@@ -44,22 +44,27 @@ def first_within(r: SearchResult, best_s: float, share: float = 0.95) -> int | N
 def opts_str(opts: list[dict]) -> str: return "[" + ", ".join(f"{o['op']} {o['axis']} {o['amt']}" for o in opts) + "]"
 
 
-def timers(k: KernelAST, schedules: dict[str, list[dict]], seed: int) -> dict[str, Callable[[], float]]:
-  """Each schedule compiled here, checked against the reference (computed once; AssertionError on a mismatch), as a
-  timed call on its own buffers."""
-  vv = k.var_vals()
-  bufs = random_buffers(k, vv, seed)
-  want, lo, hi = expected_range(k, bufs, vv)
-  out: dict[str, Callable[[], float]] = {}
-  for who, opts in schedules.items():
-    _, prg, _ = compile_kernel(k, "CPU", opts)
-    dev = [cpu.alloc(b.size, b.dtype) for b in bufs]
-    for x, b in zip(dev, bufs): x[:] = b  # the output starts poisoned
+class Timed:
+  """Schedules of one kernel compiled here, each checked against the reference (computed once, on random inputs;
+  AssertionError on a mismatch), as timed calls on their own buffers."""
+  def __init__(self, k: KernelAST, seed: int):
+    self.k, self.vv = k, k.var_vals()
+    self.bufs = random_buffers(k, self.vv, seed)
+    self.want, self.lo, self.hi = expected_range(k, self.bufs, self.vv)
+
+  def timer(self, who: str, opts: list[dict]) -> Callable[[], float]:
+    _, prg, _ = compile_kernel(self.k, "CPU", opts)
+    dev = [cpu.alloc(b.size, b.dtype) for b in self.bufs]
+    for x, b in zip(dev, self.bufs): x[:] = b  # the output starts poisoned
     prg(*dev)
-    if (bad := compare(k, dev, [want, *bufs[1:]], vv, None if lo is None else (lo, hi))) is not None:
+    if (bad := compare(self.k, dev, [self.want, *self.bufs[1:]], self.vv, None if self.lo is None else (self.lo, self.hi))) is not None:
       raise AssertionError(f"{who} {opts}: {bad}")
-    out[who] = lambda prg=prg, dev=dev: prg.time(*dev)
-  return out
+    return lambda: prg.time(*dev)
+
+
+def timers(k: KernelAST, schedules: dict[str, list[dict]], seed: int) -> dict[str, Callable[[], float]]:
+  t = Timed(k, seed)
+  return {who: t.timer(who, opts) for who, opts in schedules.items()}
 
 
 def main() -> int:

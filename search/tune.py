@@ -70,8 +70,6 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     root = Kernel(kr, dev.options())
     hand = root.copy()
     hand_coded_optimizations(hand)
-    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case,
-                     [o.to_json() for o in hand.applied_opts], runs)
     actions = actions_for(root.options)
     given = [*warm, *(Seed(t.result.best_opts, SeedSource.ALIKE, t.ast.key, t.result.fingerprint_hash) for t in alike)]
     given = [replace(w, applied=[o.to_json() for o in refit(root, w.opts, actions).applied_opts]) for w in given]
@@ -82,7 +80,8 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     fitted = priors.model(root.options, data, prior) if model else None
     strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, data, cut=model, fitted=fitted) if model or data \
       else BeamStrategy(seeds, actions, s.strategy, extra)
-    search.go_on_below = strategy.go_on_below
+    search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case,
+                     [o.to_json() for o in hand.applied_opts], runs, strategy.go_on_below)
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
     measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
     case.result()
@@ -105,12 +104,13 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
 class _Search:
   """The measuring side of one search: builds into the runner, and the final check."""
   def __init__(self, dev, s: SearchSettings, builder: Builder, pool: CompilePool, runner: Runner, progress, stop,
-               case: Optional[Future] = None, hand_opts: Optional[list[dict]] = None, runs: int = 1):
+               case: Optional[Future] = None, hand_opts: Optional[list[dict]] = None, runs: int = 1,
+               go_on_below: Callable[[], float] = lambda: float("inf")):
     self.dev, self.s, self.builder, self.pool, self.runner, self.progress, self.stop = dev, s, builder, pool, runner, progress, stop
     self.case = case  # the runner's setup, done once it is (its exception raised at the first timing)
     self.hand_opts, self.runs = hand_opts or [], runs
     self.effort = 1.0  # the share of the budget this kernel is worth, known once the seeds are measured
-    self.go_on_below: Callable[[], float] = lambda: float("inf")  # the strategy's (search/beam.py): which checks its beam needs
+    self.go_on_below = go_on_below  # the strategy's (search/beam.py): which checks its beam needs
     self.options = dev.options()
     self.best_s: Optional[float] = None
     self.libs: dict[str, Build] = {}   # source hash -> build of the candidates timed in full
