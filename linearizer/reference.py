@@ -39,7 +39,7 @@ It is the golden answer for every generated kernel, so the semantics are spelled
 """
 from __future__ import annotations
 import math, warnings
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 from linearizer import bounds
 from linearizer.ast import KernelAST, LazyOp, MemArg, ConstArg, concrete_st
@@ -184,23 +184,49 @@ def mismatch(got: np.ndarray, want: np.ndarray, dt: DType, reduce_size: int = 1,
   with the square root of the reduction length) or lie within [lo, hi] widened by as much, and are NaN where the
   reference is, or where lo or hi is NaN (NaN possible; the reference's own NaN where both are)."""
   if got.shape != want.shape: return f"shape {got.shape} != {want.shape}"
-  if not dt.is_float:
-    ok = got == want
-    if lo is not None and hi is not None: ok |= (got >= lo) & (got <= hi)
-    bad = np.flatnonzero(~ok)
-  else:
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    tol = FLOAT_TOLERANCE[dt.name] * max(1.0, math.sqrt(reduce_size))
+  got, want = got.reshape(-1), want.reshape(-1)
+  flat = (lo.reshape(-1), hi.reshape(-1)) if lo is not None and hi is not None else None
+  tol = FLOAT_TOLERANCE[dt.name] * max(1.0, math.sqrt(reduce_size)) if dt.is_float else 0.0
+  def bad(sl: slice, at: np.ndarray) -> np.ndarray:  # which of the chunk's differing positions `at` are out of tolerance
+    g, w = got[sl][at], want[sl][at]
+    l, h = (flat[0][sl][at], flat[1][sl][at]) if flat is not None else (None, None)
+    if not dt.is_float:
+      ok = g == w
+      if l is not None and h is not None: ok |= (g >= l) & (g <= h)
+      return ~ok
+    g, w = g.astype(np.float64), w.astype(np.float64)
     with np.errstate(invalid="ignore"):
       ok = (np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= tol * (1 + np.abs(w)))
-      if lo is not None and hi is not None:
-        lo, hi = lo.astype(np.float64), hi.astype(np.float64)
-        ok |= ((np.isnan(lo) | np.isnan(hi)) & ~(np.isnan(lo) & np.isnan(hi) & np.isnan(w))) | \
-          ((g >= lo - tol * (1 + np.abs(lo))) & (g <= hi + tol * (1 + np.abs(hi))))
-    bad = np.flatnonzero(~ok)
-  if bad.size == 0: return None
-  i = bad[0]
-  return f"{bad.size} of {want.size} elements differ; first at {i}: got {got[i]!r}, want {want[i]!r}"
+      if l is not None and h is not None:
+        l, h = l.astype(np.float64), h.astype(np.float64)
+        ok |= ((np.isnan(l) | np.isnan(h)) & ~(np.isnan(l) & np.isnan(h) & np.isnan(w))) | \
+          ((g >= l - tol * (1 + np.abs(l))) & (g <= h + tol * (1 + np.abs(h))))
+    return ~ok
+  n, i = disagreements(got, want, bad)
+  if n == 0: return None
+  return f"{n} of {want.size} elements differ; first at {i}: got {got[i]!r}, want {want[i]!r}"
+
+
+CHUNK = 1 << 16  # elements a chunked pass takes at once: its temporaries stay in cache, none of the arrays' size
+
+def _bits(x: np.ndarray) -> np.ndarray: return x.reshape(-1).view(f"u{x.dtype.itemsize}")
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+  """Whether a and b (the same dtype and size) hold the same bytes, chunk by chunk."""
+  ab, bb = _bits(a), _bits(b)
+  return ab.size == bb.size and all(np.array_equal(ab[s:s + CHUNK], bb[s:s + CHUNK]) for s in range(0, ab.size, CHUNK))
+
+def disagreements(got: np.ndarray, want: np.ndarray, bad: Callable[[slice, np.ndarray], np.ndarray]) -> tuple[int, int]:
+  """(how many, the first: -1 where none) of got's positions that disagree with want's, a chunk at a time: equal bits
+  always agree, and of the positions that differ, `bad(chunk, positions in it)` says which disagree (a mask of them)."""
+  gb, wb = _bits(got), _bits(want)
+  count, first = 0, -1
+  for s in range(0, gb.size, CHUNK):
+    if (at := np.flatnonzero(gb[s:s + CHUNK] != wb[s:s + CHUNK])).size == 0: continue
+    wrong = at[bad(slice(s, s + CHUNK), at)]
+    if wrong.size and first < 0: first = s + int(wrong[0])
+    count += wrong.size
+  return count, first
 
 
 def random_buffers(kernel: KernelAST, var_vals: Optional[Mapping[str, int]] = None, seed: int = 0) -> list[np.ndarray]:

@@ -355,3 +355,32 @@ def test_compare_never_runs_the_reference_again_and_computes_a_range_only_where_
   assert compare(k, got, want, {}, (lo, hi)) is None and calls == ["bounds"]  # the caller's own
   got[0][3] *= 2
   assert compare(k, got, want, {}) == reference.mismatch(got[0], want[0], float32, 64, lo, hi) is not None and calls == ["bounds"] * 2
+
+@pytest.mark.parametrize("chunk", [7, 64, reference.CHUNK])
+def test_mismatch_and_compare_count_every_disagreement_whatever_the_chunk(chunk, monkeypatch):
+  """The checks go a chunk at a time over the positions whose bits differ: chunked or not, they count the same
+  positions (every chunk's) and name the same first one."""
+  from linearizer.compare import compare
+  monkeypatch.setattr(reference, "CHUNK", chunk)
+  k = kernel(alu("ADD", ld(1, (1000,), float32), ld(2, (1000,), float32)))
+  want = reference.random_buffers(k, seed=5)
+  reference.run(k, want)
+  w = want[0]
+  got = w.copy()
+  far, near = [3, 70, 500, 999], [5, 64, 700]
+  got[far] *= np.float32(1.01)
+  got[near] = np.nextafter(got[near], np.float32(np.inf))  # an ulp: within the tolerance
+  got[[10, 11]] = w[[10, 11]] = np.nan                      # NaN where the reference's is
+  w[20], got[20] = np.float32(0.0), np.float32(-0.0)        # equal, other bits
+  bad = reference.mismatch(got, w, float32)
+  assert bad == f"4 of 1000 elements differ; first at 3: got {got[3]!r}, want {w[3]!r}"
+  assert compare(k, [got, *want[1:]], want, {}) == bad
+  unwritten = got.copy()
+  unwritten[[600, 650]] = reference.poison(float32, 2)
+  assert compare(k, [unwritten, *want[1:]], want, {}) == "2 of 1000 elements not written; first at 600"
+  ints, lo, hi = np.arange(1000, dtype=np.int32), np.arange(1000, dtype=np.int32) - 1, np.arange(1000, dtype=np.int32) + 1
+  off = ints.copy()
+  off[[1, 400]] += 1   # within [lo, hi]
+  off[[300, 900]] += 2  # past it
+  assert reference.mismatch(off, ints, int32, 1, lo, hi) == "2 of 1000 elements differ; first at 300: got np.int32(302), want np.int32(300)"
+  assert reference.same_bits(ints, ints.copy()) and not reference.same_bits(ints, off)
