@@ -159,6 +159,15 @@ def test_random_buffers_are_seeded_nonzero_and_poison_the_output():
   assert not reference.is_poison(np.array([np.nan, np.inf], np.float32), float32).any()  # computed NaNs are not poison
 
 
+def test_random_floats_are_exactly_n_nonzero_of_both_signs_over_four_binades():
+  x = reference.random_floats(np.random.default_rng(0), 40_001)
+  assert x.dtype == np.float32 and x.size == 40_001 and x.nbytes == (x.base if x.base is not None else x).nbytes  # nothing past its end
+  mag = np.abs(x)
+  assert (mag >= 0.125).all() and (mag < 2).all() and 0.45 < (x < 0).mean() < 0.55
+  assert all(0.23 < ((mag >= lo) & (mag < 2 * lo)).mean() < 0.27 for lo in (0.125, 0.25, 0.5, 1.0))
+  assert np.array_equal(x, reference.random_floats(np.random.default_rng(0), 40_001))
+
+
 BLOCKED = {"matmul": matmul(33, 17, 65), "sum_all": reduce("SUM", (64, 96), (0, 1)), "max_mid": reduce("MAX", (40, 50, 6), (1,)),
            "conv2d": conv2d(2, 4, 9, 9, 6, 3, 3, padding=1, stride=2), "int_sum": reduce("SUM", (64, 96), (0,), DTYPES["int32"])}
 # every kernel at blocks of 1, 7 and 500 elements; one element a block is a numpy call a position (matmul's 4.4 CPU-s,
