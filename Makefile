@@ -37,7 +37,8 @@ test: $(STAMP) deps
 	$(PYTEST) -m timing $(PYTEST_ARGS)
 
 # The checks of every input and every corpus kernel, the rest of the checks `make test` runs a first part of (the bounded
-# fuzz runs' later cases, most of the corpus round trip, the 30 s API outage), and a slice of tinygrad's own tests against torch
+# fuzz runs' later cases, most of the corpus round trip, the sampled corpus kernels whose hand-coded schedule repeats one
+# already checked, the 30 s API outage), and a slice of tinygrad's own tests against torch
 # (its venv, torch included, is built on first use: `make test` never needs it): CI runs them after `make test` (.ci/run).
 test-exhaustive: $(STAMP) $(TG_STAMP)
 	$(PYTEST) $(XDIST) -m exhaustive $(PYTEST_ARGS)
