@@ -58,8 +58,7 @@ class CompilePool:
     return _Slot(p, parent)
 
   def _replace(self, s: _Slot) -> _Slot:
-    if s.proc.is_alive(): self._signal(s, signal.SIGKILL)  # the worker and its compiler
-    s.proc.join()
+    self._end(s)
     s.conn.close()
     new = self._slots[self._slots.index(s)] = self._start()
     return new
@@ -130,6 +129,12 @@ class CompilePool:
       for s in self._slots: self._signal(s, signal.SIGCONT)
       for s in self._slots: s.deadline += time.monotonic() - t0
 
+  def _end(self, s: _Slot) -> None:
+    """Kill the worker and its group: a worker that died (a PR_SET_PDEATHSIG is the thread's that started it: a pool kept
+    past that thread loses its workers) leaves its compilers running in its group, reparented."""
+    self._signal(s, signal.SIGKILL)
+    s.proc.join()
+
   @staticmethod
   def _signal(s: _Slot, sig: int) -> None:
     """To the worker, and to its group (its compilers) once it has one: a worker still starting up has not."""
@@ -144,8 +149,7 @@ class CompilePool:
       with contextlib.suppress(OSError): s.conn.send(None)
     for s in self._slots:
       s.proc.join(2)
-      if s.proc.is_alive(): self._signal(s, signal.SIGKILL)
-      s.proc.join()
+      self._end(s)
       s.conn.close()
 
   def __enter__(self) -> CompilePool: return self

@@ -90,8 +90,8 @@ os.environ.setdefault("POCL_WORK_GROUP_SPECIALIZATION", "0")
 # search that ended leaves its last compiles running, results unread -- and then what the test started and is still
 # running (after a grace of LEFT_GRACE_S for what is on its way out) is killed, named, and fails the test. Except, named
 # in a warning: processes whose group leader is gone -- a compile pool worker's compilers, in its group, when the worker
-# died with the thread that started it (search/pool.py's PR_SET_PDEATHSIG is per thread, and its close() signals a live
-# worker's group only), the pool's to fix. multiprocessing's forkserver and resource tracker stay: idle, started once a process.
+# died with the thread that started it (search/pool.py's PR_SET_PDEATHSIG is per thread) and the pool has not yet replaced
+# or closed it (which kills the group). multiprocessing's forkserver and resource tracker stay: idle, started once a process.
 LEFT_GRACE_S = 2.0
 with contextlib.suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER, Linux
 

@@ -1,4 +1,5 @@
 import contextlib, json, math, os, subprocess, sys, threading, time
+from pathlib import Path
 from types import SimpleNamespace
 import pytest
 from devices import cpu
@@ -475,6 +476,31 @@ def test_a_search_weighs_the_kernel_by_its_hand_coded_time_and_runs_and_cuts_its
     called, due = deadlines[-1]
     assert r.verified and r.conditions["effort"] == round(effort, 3) and before <= due - s.budget_s * effort <= called
     assert effort < 1 if runs == 1 else effort == 1, (hand.fastest_s, effort)  # a microsecond kernel is worth less than 1 ms
+
+
+def start_and_hang(path: str) -> None:
+  """A compile pool task: start a compiler-like child (in the worker's group) that writes its pid, and wait for it."""
+  subprocess.run(["sh", "-c", f"echo $$ > {path}; exec sleep 60"])
+
+
+@pytest.mark.parametrize("end", ["close", "replace"])
+def test_a_dead_compile_workers_compilers_are_killed_with_its_group(tmp_path, end: str):
+  # a worker killed (by its PR_SET_PDEATHSIG when the thread that started it ended: seen in test_worker) left the
+  # compilers of its group running, reparented, after the pool replaced or closed it
+  pid_file = tmp_path / "child.pid"
+  with CompilePool(1) as pool:
+    pool.submit(start_and_hang, str(pid_file))
+    for _ in range(3000):
+      if pid_file.exists() and pid_file.read_text().strip(): break
+      time.sleep(0.01)
+    child = int(pid_file.read_text())
+    for slot in pool._slots: slot.proc.kill(); slot.proc.join()
+    assert Path(f"/proc/{child}").exists()  # the child outlives its worker
+    if end == "replace": assert "compile worker died" in list(pool.results())[0][2]  # which replaces it
+  for _ in range(100):
+    if not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z": break
+    time.sleep(0.02)
+  else: raise AssertionError(f"the dead worker's child {child} still runs after the pool's {end}")
 
 
 def test_a_compile_worker_that_died_idle_is_replaced_when_the_next_task_comes():
