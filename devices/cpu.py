@@ -3,7 +3,7 @@ allocator, timer, fingerprint."""
 from __future__ import annotations
 import contextlib, ctypes, functools, hashlib, json, os, platform, re, shutil, signal, subprocess, tempfile, time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 import numpy as np
 import numpy.typing as npt
 from devices.base import Binary, CompileError, clipped, int_arg
@@ -11,7 +11,8 @@ from devices.base import fingerprint_hash as fingerprint_hash  # the device inte
 from linearizer import CODEGEN_VERSION
 from linearizer.cachedir import cache_dir
 from linearizer.options import LinearizerOptions
-from linearizer.render_c import render_c as render  # noqa: F401  (the device interface's renderer)
+from linearizer.lower import Program as LinearProgram
+from linearizer.render_c import render_c
 
 
 @functools.cache
@@ -24,6 +25,26 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
     k, _, v = line.partition(":")
     kv.setdefault(k.strip().lower(), v.strip())
   return kv.get("model name") or kv.get("cpu part", ""), frozenset(kv.get("flags", kv.get("features", "")).split())
+
+@functools.cache
+def stream_store_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> Optional[int]:
+  """The output size from which a kernel's stores bypass the cache (render_c.streamed): half the last-level cache that
+  sysfs reports for CPU 0 (None where it reports none: normal stores); read, not measured, as a fingerprint must not
+  move with the load. An output of half the cache and the inputs it is computed from fill it, so its reader would find
+  most of it in memory anyway. On a Zen 3 host (a 32 MiB L3 shared with other machines; BUSY) a kernel writing its output
+  and a second reading it back ran faster with non-temporal stores from 8 MiB outputs, slower from 4 MiB down (2x at
+  1 MiB, where the reader finds the output in the cache): half is on the safe side of that."""
+  levels = []
+  for d in sysfs.glob("index[0-9]*"):
+    try: level, kind, size = ((d / f).read_text().strip() for f in ("level", "type", "size"))
+    except OSError: continue
+    if kind in ("Data", "Unified") and (m := re.fullmatch(r"(\d+)([KMG]?)", size)):
+      levels.append((int(level), int(m[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[m[2]]))
+  return max(levels)[1] // 2 if levels else None
+
+def render(prog: LinearProgram) -> str:
+  """The device interface's renderer: C, large outputs stored non-temporally."""
+  return render_c(prog, stream_store_bytes())
 
 def isa_flags(isa: frozenset[str]) -> tuple[str, ...]:
   """Flags a host's ISA asks for. AVX-512: gcc's Intel tunings (skylake-avx512 on) prefer 256-bit vectors and then leave
@@ -199,7 +220,7 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
   model, isa = _cpuinfo()
   return {"backend": "CPU", "arch": platform.machine(), "cpu": model, "isa": sorted(isa & set(ISA_FLAGS)),
           "compiler": real, "compiler_version": version, "flags": list(flags), "target": _target(cc, flags),
-          "threads": _threads(), "codegen": CODEGEN_VERSION,
+          "threads": _threads(), "codegen": CODEGEN_VERSION, "stream_store_bytes": stream_store_bytes(),
           "options": options().to_json()}
 
 def options() -> LinearizerOptions:

@@ -12,7 +12,7 @@ from linearizer.dtypes import DTYPES, DType, bool_
 from linearizer.lower import LANE, Program, UOps, lane_loads
 from linearizer.vectors import lane_by_lane
 from linearizer.shapetracker import affine
-from linearizer.symbolic import Var, add, evaluate, mod, parse, render, substitute, variables
+from linearizer.symbolic import Var, add, evaluate, mod, mul, parse, render, smax, substitute, variables
 from linearizer.tensor_cores import TensorCore, opencl_wmma
 from linearizer import vecmath
 
@@ -66,6 +66,10 @@ class Lang:
   vstore: str = "*({vt}u*)({p}) = {x};"
   vload_aligned: str = ""                            # at an index that is a multiple of the lanes: one access ("": as above)
   vstore_aligned: str = ""
+  # a non-temporal vector store at an aligned index, where the buffer starts aligned to the vector ({flag}: the name of
+  # that test's result) and a fence that makes this thread's such stores visible before the kernel returns ("": none)
+  vstream: str = ""
+  stream_fence: str = ""
   select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
   convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
   vfma: str = "mulacc_{vt}({0},{1},{2})"
@@ -95,6 +99,7 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
   load={"bfloat16": "bf2f({})"}, store={"bfloat16": "f2bf({})"}, narrow={"float16": "((_Float16)({}))", "bfloat16": "bfround({})"},
   suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source, vsqrt="sqrt_{vt}({x})",
   shared="__attribute__((aligned(64))) ",  # PACK's copies on the stack: a vector of a packed row is one cache line
+  vstream="if ({flag}) stream_{vt}({p}, {x}); else *({vt}u*)({p}) = {x};", stream_fence="stream_fence();",
   gcc_optimize='#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize({})))\n#endif\n')
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
@@ -251,6 +256,78 @@ def vector_decls(prog: Program, lang: Lang) -> str:
                  [sqrt_fn(vtype(dt, vec, lang), dt, vec) for dt, vec in dict.fromkeys(sqrts)])
 
 
+# vector bytes -> (the ISA macro, gcc's builtin of its non-temporal store of 64-bit lanes)
+STREAM_X86 = {16: ("__SSE2__", "__builtin_ia32_movntdq"), 32: ("__AVX__", "__builtin_ia32_movntdq256"),
+              64: ("__AVX512F__", "__builtin_ia32_movntdq512")}
+
+LINE = 64         # bytes of a cache line
+LIGHT_BODY = 16   # ALU ops a stored vector: a loop body no heavier completes a line of non-temporal stores in good time
+
+def streamed(prog: Program, lang: Lang, stream_bytes: Optional[int]) -> set[int]:
+  """The output buffers whose stores are non-temporal: at least stream_bytes written (None: no buffer), too large for its
+  reader to find in the cache, where a normal store reads each line before writing it (y = f(x): 3 lines moved for 2);
+  each element written once, by full vectors at indices that are multiples of the lanes, in one run the innermost loop
+  around them continues, so that the write-combining buffers fill whole lines in order. Nothing symbolic: its size could
+  not be shown. Whether the buffer starts aligned to the vector is tested at run time (render_source's stream{b})."""
+  if stream_bytes is None or not lang.vstream: return set()
+  stores: dict[int, list] = {}
+  loads, scopes = set(), []
+  alus: dict[int, int] = {}  # a LOOP's index -> the ALU ops in its body, not in loops inside it
+  for i, u in enumerate(prog.uops):
+    if u.op in (UOps.LOOP, UOps.IF): scopes.append(i)
+    elif u.op in (UOps.ENDLOOP, UOps.ENDIF): scopes.pop()
+    elif u.op is UOps.ALU and scopes: alus[scopes[-1]] = alus.get(scopes[-1], 0) + 1
+    elif u.op is UOps.LOAD: loads.add(u.arg[0])
+    elif u.op is UOps.STORE and isinstance(u.arg[0], int): stores.setdefault(u.arg[0], []).append((u, tuple(scopes)))
+  dtypes = dict(prog.buffers)
+  def body(ss) -> int: return alus.get(ss[0][1][-1], 0) if ss[0][1] else 0
+  return {b for b, ss in stores.items()
+          if b not in loads and _streams(ss, [prog.uops[i] for i in ss[0][1]], body(ss), dtypes[b], stream_bytes, lang)}
+
+def _streams(stores: list, scopes: list, alus: int, dt: DType, stream_bytes: int, lang: Lang) -> bool:
+  """Whether one buffer's STOREs (each with the indices of the LOOPs and IFs around it), under those scopes whose
+  innermost holds `alus` ALU ops, can be non-temporal (streamed)."""
+  n = stores[0][0].vec
+  if dt == bool_ or dt.name in lang.store or n * dt.itemsize not in STREAM_X86: return False
+  if any(u.vec != n or u.arg[2] != 1 or s != stores[0][1] or mod(u.arg[1], n) != 0 for u, s in stores): return False
+  if not scopes or any(u.op is not UOps.LOOP or not isinstance(u.arg[1], int) for u in scopes): return False
+  loops = [(u.arg[0], u.arg[1]) for u in scopes if isinstance(u.arg[0], Var)]
+  idxs = [u.arg[1] for u, _ in stores]
+  if any(variables(i) - {v for v, _ in loops} for i in idxs): return False  # a kernel variable's
+  offsets = [o for i in idxs if isinstance(o := add(i, mul(idxs[0], -1)), int)]
+  run = n * len(idxs)
+  if len(offsets) != len(idxs) or sorted(o - min(offsets) for o in offsets) != list(range(0, run, n)): return False
+  # a line the loop completes over iterations of a heavy body is written back in parts: corpus sops_170 (41 ALU ops, an
+  # EXP2 and a DIV among them, a vector of 32 bytes an iteration) ran 1.04-1.07x slower non-temporal; the kernels at up
+  # to 7 ALU ops a vector (mul_add, layernorm's norm) and at whole lines an iteration (GELU, softmax's division) did not
+  if run * dt.itemsize % LINE and alus > LIGHT_BODY * len(idxs): return False
+  aff = affine(idxs[0], [v for v, _ in loops])
+  steps = [c for c in aff[0] if isinstance(c, int) and c > 0] if aff is not None else []
+  if len(steps) != len(loops): return False
+  # every element once: each loop's step at least the extent of the loops under it, the innermost continuing the run
+  span = run
+  for step, end, depth in sorted(zip(steps, [end for _, end in loops], range(len(loops)))):
+    if step < span or span == run and (step != run or depth != len(loops) - 1): return False
+    span = step * end
+  return (max(smax(i) for i in idxs) + n) * dt.itemsize >= stream_bytes
+
+def streamed_decls(prog: Program, lang: Lang, streams: set[int]) -> str:
+  """C: stream_{vt}(p, x), a store of vector x at p that bypasses the cache (gcc's builtin of the ISA's instruction,
+  clang's generic one; a plain store where the ISA has none), and stream_fence(): this thread's such stores made
+  visible, in order, before its part of the kernel ends."""
+  dtypes = dict(prog.buffers)
+  vts = dict.fromkeys((vtype(dt, u.vec, lang), lang.storage_type(dt), u.vec * dt.itemsize)
+                      for u in prog.uops if u.op is UOps.STORE and u.arg[0] in streams for dt in [dtypes[u.arg[0]]])
+  fns = []
+  for vt, t, nbytes in vts:
+    guard, builtin = STREAM_X86[nbytes]
+    fns.append(f"static inline void stream_{vt}({t}* p, {vt} x) {{\n#if defined(__clang__)\n  __builtin_nontemporal_store(x, ({vt}*)p);\n"
+               f"#elif defined({guard})\n  typedef long long q __attribute__((vector_size({nbytes})));\n  {builtin}((q*)p, (q)x);\n"
+               f"#else\n  *({vt}u*)p = x;\n#endif\n}}\n")
+  fence = "static inline void stream_fence(void) {\n#if defined(__SSE2__)\n  __builtin_ia32_sfence();\n#endif\n}\n"
+  return "".join(fns) + (fence if fns else "")
+
+
 LAUNCH = "// launch "
 
 def launch_line(prog: Program) -> str:
@@ -265,7 +342,8 @@ def launch_sizes(launch: dict, var_vals: Sequence[int]) -> tuple[list[int], list
   return [int(evaluate(parse(g, names), env)) for g in launch["groups"]], launch["local"]
 
 
-def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch per IR op, flat; follow-up with lower()'s passes)
+def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None) -> str:  # noqa: C901  (one branch per IR op, flat; follow-up with lower()'s passes)
+  """The program's source; outputs of at least stream_bytes (None: none) stored non-temporally where streamed() allows."""
   names: dict[int, str] = {}
   # a kernel's own variables are renamed apart: no generated name (v1, acc4, data0; the linearizer's start with "_"), type,
   # macro or builtin of any of the languages (int, NAN, threadIdx) starts with "var_"
@@ -274,6 +352,9 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
   types: dict[int, str] = {}  # the C type of every value
   body: list[str] = []
   depth = 1
+  streams = streamed(prog, lang, stream_bytes)
+  threaded: list[bool] = []  # per open LOOP: is it the threads' loop
+  fence_at_end = False       # a non-temporal store outside the threads' loop
   def line(s: str) -> None: body.append("  " * depth + s)
   def define(i: int, e: str) -> None:
     names[i] = f"v{i}"
@@ -342,6 +423,7 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
     elif op is UOps.VALID: names[i] = ex(u.arg)
     elif op is UOps.LOOP:
       var, end, threads = u.arg
+      threaded.append(bool(threads))
       if threads: line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
       line(f"for ({lang.index} {var.name} = 0; {var.name} < {ex(end)}; {var.name}++) {{")
       depth += 1
@@ -349,6 +431,7 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
       line(f"if ({ex(u.arg)}) {{")
       depth += 1
     elif op in (UOps.ENDLOOP, UOps.ENDIF):
+      if op is UOps.ENDLOOP and threaded.pop() and streams: line(lang.stream_fence)  # each thread's, before the join
       depth -= 1
       line("}")
     elif op is UOps.DEFINE_ACC:
@@ -364,6 +447,8 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
       if isinstance(b, int) and (bdt := prog.buffers[b][1]).name in lang.store: val = lang.store[bdt.name].format(val)
       store = f"{at(b, idx)} = {val};" if u.vec == 1 else \
         vmem(lang.vstore, lang.vstore_aligned, idx, u.vec).format(n=u.vec, x=val, p=ptr(b, idx), vt=types[u.src[0]])
+      if b in streams:
+        store, fence_at_end = lang.vstream.format(flag=f"stream{b}", x=val, p=ptr(b, idx), vt=types[u.src[0]]), fence_at_end or not any(threaded)
       line(store if valid == 1 else f"if ({ex(valid)}) {store}")
     elif op is UOps.LOAD: load(i, u)
     elif op is UOps.WMMA:
@@ -399,8 +484,14 @@ def render_source(prog: Program, lang: Lang) -> str:  # noqa: C901  (one branch 
   packs = any(u.op is UOps.DEFINE_LOCAL for u in prog.uops)
   gcc_opts = ['"no-tree-loop-if-convert"'] * cond_loads + ['"no-tree-loop-vectorize"'] * packs
   attr = lang.gcc_optimize.format(", ".join(gcc_opts)) if gcc_opts and lang.gcc_optimize else ""
-  return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + fns + attr + \
+  # a non-temporal store needs its vector's alignment, which the buffer's start has or not: the caller's (devices/cpu.alloc's
+  # are 64-byte aligned, a numpy array's 16 in general)
+  for b in sorted(streams):
+    nbytes = next(u.vec for u in prog.uops if u.op is UOps.STORE and u.arg[0] == b) * dict(prog.buffers)[b].itemsize
+    decls += f"  const int stream{b} = ((__UINTPTR_TYPE__)data{b} & {nbytes - 1}) == 0;\n"
+  if fence_at_end: body.append(f"  {lang.stream_fence}")
+  return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + streamed_decls(prog, lang, streams) + fns + attr + \
     f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + decls + "\n".join(body) + "\n}\n"
 
-def render_c(prog: Program) -> str: return render_source(prog, C)
+def render_c(prog: Program, stream_bytes: Optional[int] = None) -> str: return render_source(prog, C, stream_bytes)
 def render_opencl(prog: Program) -> str: return render_source(prog, OPENCL)

@@ -92,7 +92,8 @@ def test_openmp_parallel_loop():
 
 def test_fingerprint():
   fp = cpu.fingerprint()
-  assert set(fp) == {"backend", "arch", "cpu", "isa", "compiler", "compiler_version", "flags", "target", "threads", "codegen", "options"}
+  assert set(fp) == {"backend", "arch", "cpu", "isa", "compiler", "compiler_version", "flags", "target", "threads", "codegen",
+                     "stream_store_bytes", "options"}
   assert fp["codegen"] == CODEGEN_VERSION and fp["options"] == cpu.options().to_json()  # the hash names the options
   assert fp["backend"] == "CPU" and fp["flags"] == list(cpu.DEFAULT_FLAGS) and os.path.isabs(fp["compiler"])
   assert cpu.fingerprint() == fp and cpu.fingerprint_hash(cpu.fingerprint()) == cpu.fingerprint_hash(fp)
