@@ -112,9 +112,16 @@ def _lower(k: Kernel, loaded: frozenset) -> _Lowering:
   # machine: THREAD 8 least 724 us, 90th percentile 26.7 ms; THREAD 2 393 us, 13.6 ms)
   threads = min(concrete(lo.full[0]), k.options.threads) if k.thread_dims else 0
   threads = threads if threads > 1 else 0
-  blocks = [i for i in lo.outer if i < k.thread_dims + k.block_dims]  # packed copies are made inside these, per block
-  with lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0) for i in blocks]):
-    lo.pack()
+  blocks = [i for i in lo.outer if i < k.thread_dims + k.block_dims]
+  # each packed copy is made once per block of the axes it varies along, right inside the innermost of their loops, not
+  # again in the block loops inside that it does not vary along (a matmul's A block across the column blocks); inside
+  # the threads' loop, where there are threads: a copy is on its thread's stack
+  at = {j: max([n + 1 for n, i in enumerate(blocks) if i in k.varies(j) or i == 0 and threads], default=0) for j in k.packed}
+  with contextlib.ExitStack() as opened:
+    for n, i in enumerate([*blocks, None]):
+      for j in k.packed:
+        if at[j] == n: lo.pack(j, blocks[:n])
+      if i is not None: opened.enter_context(lo.scope([(lo.loop_vars[i], lo.full[i], threads if i == 0 else 0)]))
     inner = [i for i in lo.outer if i >= k.thread_dims + k.block_dims]  # on a GPU the launch's axes are no loops
     with lo.scope([(lo.loop_vars[i], lo.full[i], 0) for i in inner]): lo.body()
   lo.bufs = bufs
@@ -284,21 +291,21 @@ class _Lowering:
     return self.emit(UOp(UOps.CAST, node.dtype, src, node.arg.bitcast, w) if node.op == "CAST" else UOp(UOps.ALU, node.dtype, src, node.op, w))
 
   # ---- the passes inside the outer loops
-  def pack(self) -> None:
-    """Each packed LOAD's elements for this thread and block, copied (its validity applied: 0 where it reads none) into a
-    local buffer on the thread's stack in the order of its pack axes, which the loads inside read (st_of, buf_of)."""
-    for j in self.k.packed:
-      a, st, axes = self.k.leaves[j], self.k.sts[j], self.pack_order(j)
-      name, size = str(self.buf_of[a]), math.prod(concrete(self.full[i]) for i in axes)
-      self.emit(UOp(UOps.DEFINE_LOCAL, a.dtype, (), (name, size)), dedup=False)
-      pv = {i: Var(f"_p{j}_{i}", 0, concrete(self.full[i]) - 1) for i in axes}
-      with self.scope([(v, self.full[i], 0) for i, v in pv.items()]):
-        outer = self.k.thread_dims + self.k.block_dims  # the threads' and blocks' loops are open; inside, the leaf's axes are pv
-        ix = [pv[i] if i in pv else self.loop_vars[i] if i < outer and st.shape[i] != 1 else 0 for i in range(self.n)]
-        idx, valid = st.expr_idxs(ix)
-        valid = simplify_valid(valid)
-        v = self.scalar_load(a.buf, a.dtype, simplify_where(idx, valid), valid)
-        self.emit(UOp(UOps.STORE, None, (v,), (name, self.st_of[a].expr_idxs(ix)[0], 1)), dedup=False)
+  def pack(self, j: int, opened: Sequence[int]) -> None:
+    """Packed leaf j's elements for this thread and block, copied (its validity applied: 0 where it reads none) into a
+    local buffer on the thread's stack in the order of its pack axes, which the loads inside read (st_of, buf_of). The
+    `opened` thread and block loops are open: they hold every such axis the leaf varies along (its value at any index
+    of the others is its value at 0)."""
+    a, st, axes = self.k.leaves[j], self.k.sts[j], self.pack_order(j)
+    name, size = str(self.buf_of[a]), math.prod(concrete(self.full[i]) for i in axes)
+    self.emit(UOp(UOps.DEFINE_LOCAL, a.dtype, (), (name, size)), dedup=False)
+    pv = {i: Var(f"_p{j}_{i}", 0, concrete(self.full[i]) - 1) for i in axes}
+    with self.scope([(v, self.full[i], 0) for i, v in pv.items()]):
+      ix = [pv[i] if i in pv else self.loop_vars[i] if i in opened and st.shape[i] != 1 else 0 for i in range(self.n)]
+      idx, valid = st.expr_idxs(ix)
+      valid = simplify_valid(valid)
+      v = self.scalar_load(a.buf, a.dtype, simplify_where(idx, valid), valid)
+      self.emit(UOp(UOps.STORE, None, (v,), (name, self.st_of[a].expr_idxs(ix)[0], 1)), dedup=False)
 
   def body(self) -> None:
     """The reduce, if any, and the stores. A grouped reduce's work-items share their partial accumulators, and only the

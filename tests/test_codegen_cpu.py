@@ -171,6 +171,21 @@ def test_packed_schedules_match_the_reference_and_the_unpacked_bits(k, opts):
   assert np.array_equal(got, check(k, opts=[o for o in opts if o.op != "PACK"], seed=4))
 
 
+def test_a_packed_copy_is_made_once_per_block_of_the_axes_it_varies_along():
+  # blocks K, then M, then N, on 2 threads: A's copy (K and M) is made before the N blocks' loop, not again in each of
+  # them; B's (K and N) inside that loop, and inside the threads' loop, though it does not vary along the threads
+  k = matmul(32, 48, 64)
+  opts = [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4), Opt("BLOCK", 2, 16), Opt("BLOCK", 1, 2), Opt("BLOCK", 3, 3), Opt("THREAD", 1, 2),
+          Opt("PACK", 1), Opt("PACK", 2)]
+  src, _, _ = compile_kernel(k, "CPU", opts)
+  lines = src.splitlines()
+  at = lambda pattern: next(n for n, line in enumerate(lines) if re.search(pattern, line))
+  assert at(r"omp parallel for") < at(r"for \(long long _r1 ") < at(r"for \(long long _g2 ") < at(r"float pack1\[") < \
+    at(r"for \(long long _g3 ") < at(r"float pack2\[")
+  got = check(k, opts=opts, seed=5)
+  assert np.array_equal(got, check(k, opts=[o for o in opts if o.op != "PACK"], seed=5))
+
+
 def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
   k = matmul(512, 512, 512)
   opts = hand_coded_optimizations(Kernel(k, cpu.options()))
