@@ -188,11 +188,15 @@ def test_a_packed_copy_is_made_once_per_block_of_the_axes_it_varies_along():
 
 def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
   k = matmul(512, 512, 512)
-  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
-  lanes = max(cpu.options().float_vector_widths)  # N's steps are a vector wide: 16 floats with AVX-512, 8 with AVX2
-  assert [(o.axis, o.amt) for o in opts if o.op == "BLOCK"] == [(2, 128), (2, 256 // lanes)]  # K in 256s (unrolled by 2), N in 256s
-  assert [o.axis for o in opts if o.op == "PACK"] == [2]  # B's block, reused by every row; A's rows would not fit beside it
-  check(k, opts=opts)
+  for widths in ((4, 8, 16), (4, 8)):
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths, threads=2)))
+    blocks, packs = [(o.axis, o.amt) for o in opts if o.op == "BLOCK"], [o.axis for o in opts if o.op == "PACK"]
+    threads = [(o.axis, o.amt) for o in opts if o.op == "THREAD"]
+    if 16 in widths:  # N's steps are 16 floats: K in 256s (unrolled by 2), N in 256s, B's block packed (A's would not fit beside it)
+      assert (blocks, packs, threads) == ([(2, 128), (2, 16)], [2], [(2, 2)]), opts
+    else:  # AVX2: K in 256s, M in 128 rows (16 tiles of 8), N in 128 columns, A and B packed; the threads split M's blocks
+      assert (blocks, packs, threads) == ([(2, 128), (1, 16), (3, 16)], [1, 2], [(1, 2)]), opts
+  check(k, opts=hand_coded_optimizations(Kernel(k, cpu.options())))
   for small in (matmul(64, 64, 64), reduce("SUM", (64, 4096), (1,)), matmul(100, 2999, 999)):  # no reuse, or no vector axis (odd N)
     assert not any(o.op in ("BLOCK", "PACK") for o in hand_coded_optimizations(Kernel(small, cpu.options())))
 
