@@ -166,9 +166,18 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   last = t.shape_len - t.upcasted - 1
   wide = max(k.options.float_vector_widths, default=4) >= 16
   budget = (PIXEL_TILE_512 if wide else PIXEL_TILE) // vecs
+  # AVX2, two vectors of a strided conv: a 1x1's row takes the largest part of it within the budget, a window row of
+  # WINDOW (the stem's 7x7) 7 pixels, as on AVX-512, over the registers' budget (14 accumulators, 2 weight vectors: the
+  # input's broadcasts fold into the FMAs). Against one vector's 2-D tile, interleaved, busy Zen 3, 1 and 2 threads:
+  # 1x1 256->512 stride 2 2x4 1.01-1.17x, 64->128 1.00-1.06x; 7x7 3->64 stride 2 (sops_7858) 2x7 1.01-2.20x; but 3x3
+  # stride 2 2x7 0.75-1.21x (128 and 64 channels, the 3-channel stem: kept). Stride 1 shares its inputs and keeps its
+  # tiles (3x3 64 56x56 2x7 0.86x, 2x4 0.93x)
+  strided = vecs > 1 and not wide and _strided_conv(t, pixels, packed)
+  window_row = t.full_shape[last] if t.is_reduce_axis(last) else 0
+  short_row = isinstance(window_row, int) and 1 < window_row <= WINDOW
+  if strided and window_row == WINDOW: budget = PIXEL_TILE_512 // vecs
   padded = _padded_pixels(t, pixels, budget)
-  window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and t.is_reduce_axis(last) and \
-    isinstance(w := t.full_shape[last], int) and w <= WINDOW and _shared_window(t, pixels[0], last)
+  window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and short_row and _shared_window(t, pixels[0], last)
   row = pixels[:1] if window or vecs > 1 else pixels
   # AVX2, one vector: a window row whose budget's half (left for the next pixel axis, which a window row's tile does not
   # take) keeps under ACC_CHAINS // 2 accumulators takes the whole row where it fits the registers left beside the packed
@@ -176,9 +185,11 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # 8.25, the whole row 3.98; but sops_627's 8-wide row, 4 pixels kept, ran 0.76x whole)
   whole = window and vecs == 1 and not wide and smax(t.full_shape[row[0]]) <= AVX2_REGISTERS - 2 and \
     (_tile_part(t, pixels, 0, budget) or 0) < ACC_CHAINS // 2
-  # two vectors only beside a whole row of 7 pixels (or a padded one): with fewer, or none, they measured 0.2-0.7x
-  # (sops_7440, sops_4609)
-  if vecs > 1 and not padded and (not row or _tile_part(t, row, 0, budget) != budget): return None
+  # two vectors only beside a whole row of 7 pixels (or a padded one, or a strided 1x1's part of a row of at least
+  # ACC_CHAINS accumulators): with fewer, or none, they measured 0.2-0.7x (sops_7440, sops_4609)
+  part = _tile_part(t, row, 0, budget) if row else None
+  strided_1x1 = strided and not short_row and part is not None and part * vecs >= ACC_CHAINS
+  if vecs > 1 and not padded and not strided_1x1 and part != budget: return None
   for n, i in enumerate(row):
     amt = padded if n == 0 and padded else smax(t.full_shape[i]) if whole else _tile_part(t, pixels if vecs == 1 else row, n, budget)
     if amt is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
@@ -191,6 +202,19 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
       t.is_reduce_axis(last := t.shape_len - t.upcasted - 1):
     next((a for a in (8, 4, 2) if acc * a <= ACC_CHAINS and _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, a))), None)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed) else None
+
+def _strided_conv(t: Kernel, pixels: list[int], packed: list[int]) -> bool:
+  """Does an operand of the reduce that is not packed (a conv's input) skip elements along both of the two innermost
+  pixel axes: `s` > 1 apart along the row of pixels, `s` rows apart along the next (a strided conv's input, which
+  neighbouring pixels do not share)? A matrix's rows (a matmul's) are read whole."""
+  vs, loads = _indexing(t)
+  if len(pixels) < 2 or (col := vs[pixels[0]]) is None or (row := vs[pixels[1]]) is None: return False
+  inside, mems = _reduce_loads(t), [j for j, a in enumerate(t.leaves) if j > 0 and isinstance(a, MemArg)]
+  for j, (idx, _) in zip(mems, loads):
+    if j in packed or t.leaves[j] not in inside: continue
+    s, rows = step(idx, col), step(idx, row)
+    if isinstance(s, int) and isinstance(rows, int) and s > 1 and rows >= s * s * smax(t.full_shape[pixels[0]]): return True
+  return False
 
 def _padded_pixels(t: Kernel, pixels: list[int], budget: int) -> int:
   """_channel_tile's innermost pixel axis, where no part of the budget divides it and it is long (GPT-2's LM head:

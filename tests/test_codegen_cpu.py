@@ -285,6 +285,19 @@ def test_an_avx2_window_row_of_one_vector_takes_the_whole_row_where_the_budgets_
   check(k, opts=avx2)
 
 
+def test_an_avx2_strided_1x1_or_7x7_conv_takes_two_vectors_of_channels_beside_a_row_of_pixels():
+  # stride 2: neighbouring pixels share no input, and a row of pixels beside two vectors of channels beat one vector's
+  # 2-D tile (1x1 256->512 stride 2, busy Zen 3: 1.01-1.17x; a 7x7 stem 1.01-2.20x). AVX2's budget of 6 took one:
+  # a 1x1 takes the largest part of its row within it (4 of 28), a 7x7 the window's 7. AVX-512's choices are unchanged
+  def tile(k, widths):
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
+    return opts, [(o.op, o.axis, o.amt) for o in opts if o.op == "UPCAST"]
+  for k, pixels in ((conv2d(1, 8, 56, 56, 16, 1, 1, stride=2), 4), (conv2d(1, 3, 28, 28, 16, 7, 7, stride=2, padding=3), 7)):
+    avx2, applied = tile(k, (4, 8))
+    assert applied == [("UPCAST", 0, 8), ("UPCAST", 0, 2), ("UPCAST", 2, pixels)], avx2
+    assert tile(k, (4, 8, 16))[1] == [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UPCAST", 1, 2)]
+    check(k, opts=avx2)
+
 def test_a_load_after_the_reduce_neither_is_packed_nor_keeps_the_pixels_out_of_the_tile():
   # a 1x1 conv at 7x7 plus a residual (ResNet's last stage): the residual varies along the pixels, but it is read once an
   # output, after the reduce: the pixels still tile beside the packed weights (it kept them out: one pixel a step, 3.9 ms
