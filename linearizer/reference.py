@@ -384,7 +384,7 @@ def alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
          "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "MAX": np.maximum, "MOD": np.fmod,
          "CMPLT": np.less, "CMPEQ": np.equal}[op]
     out = f(*xs)
-    return out if op in ("CMPLT", "CMPEQ") else out.astype(dt.np)
+    return out if op in ("CMPLT", "CMPEQ") else out.astype(dt.np, copy=False)  # f made a new array: one already of dt is not copied again
   if op in ("DIV", "MOD"):
     a, b = xs
     safe = np.where(b == 0, np.ones_like(b), b)
