@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 from cpu_kernels import ROOT, med, spread  # it puts ROOT on sys.path
+from devices import cpu
 from search.load import Busiest, OtherLoad
+from search.prior import family
 
 DOCS = ROOT / "docs" / "benchmarks.md"
 QUIET_OTHER = 0.1
@@ -64,13 +66,17 @@ class Run:
   name: str
   entry: str       # a part of the heading of its entry in docs/benchmarks.md
   argv: tuple[str, ...]  # after the interpreter; JSON is written to the path --json is given
-  minutes: float   # on a quiet AMD EPYC Zen 4, 2 cores
+  minutes: float   # on a quiet AMD EPYC, 2 cores
   long: bool
   claims: tuple[Claim, ...]
+  family: str = "cpu-w16"  # the hosts its ratios hold for (search/prior.py's family: cpu-w16 AVX-512, cpu-w8 AVX2)
 
 OPENBLAS = "issue 14's matmuls and GPT-2's LM head against OpenBLAS"
 MATMULS = ("bench/cpu_vs_torch.py", "--kernels", "matmul_1024,matmul_2048,matmul_4096,lm_head_gpt2", "--no-torch", "--no-tinygrad",
            "--no-tuned", "--quiet-wait", "60", "--retries", "1")
+AVX2 = "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an AVX2 host"
+CONVS = ("r50_conv_3x3_64_56", "r50_conv_1x1_64to256_56", "r50_conv_1x1_256to64_56", "r50_conv_3x3_128_s2_56",
+         "r50_conv_1x1_256to512_s2_56", "r50_conv_3x3_256_14", "r50_conv_1x1_2048to512_7", "dwconv_3x3_144_56")
 # tol: the entry's margins are 1-12%, two 1-thread runs differed by up to 4% (1.11/1.04/1.02/1.20 vs 1.12/1.04/1.03/1.24)
 RUNS = (
   Run("openblas-2t", OPENBLAS, (*MATMULS, "--threads", "2"), 2, False, (
@@ -91,6 +97,28 @@ RUNS = (
     Claim("layernorm hand-coded vs torch.compile, 2 threads", 1.58, 0.25, cvt("layernorm_4096x1024", "compile")),
     Claim("GELU hand-coded vs torch.compile, 2 threads", 4.24, 0.25, cvt("gelu_2048x3072", "compile")),
     Claim("SiLU hand-coded vs torch.compile, 2 threads", 1.39, 0.25, cvt("silu_2048x3072", "compile")))),
+  # this AVX2 host's entry (session 16), QUIET: tol is the noise the entry's pair had (their spreads combined, as judge())
+  Run("openblas-2t-avx2", AVX2, (*MATMULS, "--threads", "2"), 2, False, (
+    Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 0.69, 0.24, cvt("matmul_1024", "numpy")),
+    Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 0.68, 0.33, cvt("matmul_2048", "numpy")),
+    Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.63, 0.19, cvt("matmul_4096", "numpy")),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.71, 0.07, cvt("lm_head_gpt2", "numpy"))), "cpu-w8"),
+  Run("openblas-1t-avx2", AVX2, (*MATMULS, "--threads", "1"), 3, False, (
+    Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 0.71, 0.14, cvt("matmul_1024", "numpy")),
+    Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 0.75, 0.22, cvt("matmul_2048", "numpy")),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.62, 0.13, cvt("lm_head_gpt2", "numpy"))), "cpu-w8"),
+  Run("model-kernels-2t-avx2", AVX2, (
+    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", "softmax_4096x1024,layernorm_4096x1024,gelu_2048x3072,silu_2048x3072",
+    "--no-tune", "--no-tinygrad", "--no-tuned", "--quiet-wait", "20", "--retries", "1"), 3, False, (
+    Claim("softmax hand-coded vs torch.compile, 2 threads", 1.16, 0.28, cvt("softmax_4096x1024", "compile")),
+    Claim("layernorm hand-coded vs torch.compile, 2 threads", 2.22, 0.44, cvt("layernorm_4096x1024", "compile")),
+    Claim("GELU hand-coded vs torch.compile, 2 threads", 3.58, 0.15, cvt("gelu_2048x3072", "compile")),
+    Claim("SiLU hand-coded vs torch.compile, 2 threads", 1.89, 0.21, cvt("silu_2048x3072", "compile"))), "cpu-w8"),
+  Run("convs-2t-avx2", AVX2, (
+    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
+    "--quiet-wait", "20", "--retries", "1"), 2, False, tuple(
+    Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
+      (0.79, 0.27), (1.12, 0.15), (1.05, 0.09), (0.64, 0.20), (0.73, 0.15), (0.90, 0.19), (0.57, 0.52), (1.13, 0.28)))), "cpu-w8"),
   # the recorded command less --torch and with 3 rounds, not 7; two runs gave 11.4x and 11.4x, tuning 0.41x and 0.43x
   Run("gpt2-12", "the 12-block GPT-2 decoder (vocabulary 512), all five contenders, twice", (
     "bench/tinygrad_models.py", "--models", "gpt2", "--layers", "12", "--vocab", "512", "--budget-s", "2", "--rounds", "3"), 10, True, (
@@ -152,12 +180,16 @@ def main() -> int:
   ap.add_argument("--keep", type=Path, help="keep each run's JSON in this folder")
   a = ap.parse_args()
   if unknown := set(a.runs) - {r.name for r in RUNS}: ap.error(f"unknown runs {sorted(unknown)}")
-  chosen = [r for r in RUNS if r.name in a.runs or (not a.runs and (a.long or not r.long))]
+  host = family(cpu.options())
+  if other := [r.name for r in RUNS if r.name in a.runs and r.family != host]:
+    ap.error(f"{other} hold for other hosts than this {host} one: their ratios say nothing here")
+  chosen = [r for r in RUNS if r.name in a.runs or (not a.runs and r.family == host and (a.long or not r.long))]
   if a.list:
     for r in RUNS:
-      print(f"{r.name} ({'long, ' if r.long else ''}~{r.minutes:g} min): {' '.join(r.argv)}\n  entry: {entry_of(r)}")
+      print(f"{r.name} ({r.family} hosts, {'long, ' if r.long else ''}~{r.minutes:g} min): {' '.join(r.argv)}\n  entry: {entry_of(r)}")
       for c in r.claims: print(f"  - {c.name}: {c.recorded:g} (tolerance {c.tol:.0%})")
     return 0
+  if not chosen: ap.error(f"no run's claims were recorded on a {host} host (--list)")
   for r in chosen: entry_of(r)
   if a.keep: a.keep.mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory(prefix="reproduce-") as td:
