@@ -131,8 +131,11 @@ class CompilePool:
 
   def _end(self, s: _Slot) -> None:
     """Kill the worker and its group: a worker that died (a PR_SET_PDEATHSIG is the thread's that started it: a pool kept
-    past that thread loses its workers) leaves its compilers running in its group, reparented."""
-    self._signal(s, signal.SIGKILL)
+    past that thread loses its workers) leaves its compilers running in its group, reparented. A dead worker's own pid is
+    not signalled: reaped, it may be another process's now (its group's id is not reused while a member runs)."""
+    if s.proc.is_alive(): self._signal(s, signal.SIGKILL)
+    else:
+      with contextlib.suppress(ProcessLookupError, PermissionError): os.killpg(s.proc.pid, signal.SIGKILL)
     s.proc.join()
 
   @staticmethod
