@@ -2,7 +2,7 @@
 end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
 child, against a lowering's ~5 and a compile's 10-100) are proposed in the
 order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them
-(and the best-ranked threaded child where those hold none).
+(and a threaded child where those hold none: of those whose busiest core works least, the best-ranked).
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
 baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate
@@ -20,6 +20,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.options import LinearizerOptions
+from search.actions import busiest
 from search.beam import BeamStrategy
 from search.cost_model import CostModel
 from search.features import schedule_features
@@ -75,11 +76,14 @@ class ModelBeamStrategy(BeamStrategy):
     best = ranked[:top - explored(top)]
     hope = [int(i) for i in np.argsort(mean - OPTIMISM * spread, kind="stable") if i not in best][:explored(top)]
     # THREAD's worth depends on what keeps the other cores busy while the kernel runs, which a model of other timings
-    # cannot know (beam's prune exempts THREAD for that reason): where the cut kept no threaded child, the model's
-    # fastest-ranked one is measured too (quiet, search_vs_tinygrad, cut to 5: in each of the 4 of 12 kernels where the
-    # winner was 0.57-0.76x the beam's, the beam's winner was threaded and the model's was not)
+    # cannot know (beam's prune exempts THREAD for that reason): where the cut kept no threaded child, one threaded child
+    # is measured too (quiet, search_vs_tinygrad, cut to 5: in each of the 4 of 12 kernels where the winner was 0.57-0.76x
+    # the beam's, the beam's winner was threaded and the model's was not) -- of those whose busiest core does the least of
+    # the work, the model's fastest-ranked: it ranked sops_2123's THREAD 3 (on 2 cores one does 2/3 of the work) above
+    # its THREAD 2 children, and the search ended 0.78x the beam's, which took THREAD 2 (quiet)
     if not any(_threaded(self.pending[i]) for i in best + hope):
-      best += [i for i in ranked if i not in hope and _threaded(self.pending[i])][:1]
+      threaded = [i for i in ranked if i not in hope and _threaded(self.pending[i])]
+      best += sorted(threaded, key=lambda i: busiest(self.pending[i].applied_opts[-1].amt or 1, self.pending[i].options.threads))[:1]
     chosen = set(best + hope)
     self.pending, self.rest, self.partial = [self.pending[i] for i in best + hope], [self.pending[i] for i in ranked if i not in chosen], True
 

@@ -7,7 +7,7 @@ from devices import cpu
 from linearizer import ACTION_SPACE_VERSION, CODEGEN_VERSION
 from linearizer import reference
 from linearizer.ast import loads
-from linearizer.builders import matmul
+from linearizer.builders import alu, elementwise, matmul
 from linearizer.compare import compare
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt, OptOp
@@ -17,7 +17,7 @@ from search.actions import actions_for, children
 from search.cost_model import CostModel
 from search.beam import BeamStrategy
 from search.cache import ResultCache
-from search.features import AT, NAMES, SCHEDULE_NAMES, features, schedule_features
+from search.features import AT, NAMES, S_AT, SCHEDULE_NAMES, features, schedule_features
 from search.model_beam import MIN_TRAIN, ModelBeamStrategy, measured
 from search.result import Candidate, Status
 from search.settings import SearchSettings, StrategySettings
@@ -119,6 +119,27 @@ def test_the_model_strategy_measures_its_top_children_a_round_and_finds_what_bea
   assert ranked and all(cut_to([o for r, o in log if r == i], 5) for i in ranked)  # every round with enough to learn from: the top 5
   assert all(sum(r == i for r, _ in log) > 5 for i in range(1, 40) if i not in ranked and any(r == i for r, _ in log))
   assert len(log) * 1.5 < len(runs["beam"][0]) and runs["model"][1] <= runs["beam"][1] * 1.05
+
+
+class _ThreadsLast:
+  """A fitted model's stand-in that ranks every threaded child last, the most threads first among them."""
+  def estimate(self, features):
+    threads = np.array([f[S_AT["s_threads"]] for f in features])
+    return np.where(threads > 1, 100.0 - threads, 0.0), np.zeros(len(threads))
+
+
+def test_a_cut_round_without_a_threaded_child_measures_the_one_whose_busiest_core_works_least():
+  # 69 rows (3 x 23) on 2 cores: under THREAD 3 one core does 2/3 of the work, under THREAD 2 half; the model ranks THREAD 3
+  # first (sops_2123: the search ended 0.78x the beam's, which took THREAD 2)
+  o = dataclasses.replace(cpu.options(), threads=2)
+  k = Kernel(elementwise((69, 64), [(69, 64)], lambda a: alu("MUL", a, a)), o)
+  acts = actions_for(o)
+  threaded = [tuple(c.applied_opts) for c in children(k, acts) if c.applied_opts[-1].op is OptOp.THREAD]
+  assert {t[-1].amt for t in threaded} == {2, 3}
+  log: list = []
+  drive(ModelBeamStrategy([k.copy()], acts, StrategySettings(beam=1, measure_top=2, max_rounds=1), fitted=_ThreadsLast()), _feature_timed(log))
+  round1 = [o for r, o in log if r == 1]
+  assert len(round1) == 3 and [t[-1].amt for t in round1 if t[-1].op is OptOp.THREAD] == [2]
 
 
 def _fitted_elsewhere(k: Kernel) -> CostModel:
