@@ -64,6 +64,9 @@ class _Case:
     self.inputs = [np.load(d / f"in{i}.npy", mmap_mode="r") for i in range(len(self.k.buffers))]
     self.guarded = [Guarded(dev, x.size, x.dtype, seed=i) for i, x in enumerate(self.inputs)]  # a stray write fails the candidate
     for g, x in zip(self.guarded, self.inputs): g.fill(x)
+    # host inputs read-only: a candidate that writes one crashes, and a check compares the output alone (16M-element inputs
+    # cost more to compare than the output); a device's inputs are compared after each checked run
+    self.compared = self.guarded[:1] if all([g.lock() for g in self.guarded[1:]]) else self.guarded
     self.bufs = [g.buf for g in self.guarded]
     self.want = [np.load(d / "want.npy")] + self.inputs[1:]
     self.bounds = (np.load(d / "lo.npy"), np.load(d / "hi.npy")) if (d / "lo.npy").exists() else None
@@ -97,7 +100,7 @@ class _Case:
       if early_stop_s is not None and len(times) >= 2 and min(times) > early_stop_s: return Measurement(Status.SLOW, times)
       if len(times) >= min_runs and sum(times) >= min_time_s or confirmed(times, min_time_s): break
     if not check: return Measurement(Status.OK, times)
-    if msg := compare(self.k, [g.contents() for g in self.guarded], self.want, self.vv, self.bounds): return Measurement(Status.MISMATCH, times, msg)
+    if msg := compare(self.k, [g.contents() for g in self.compared], self.want, self.vv, self.bounds): return Measurement(Status.MISMATCH, times, msg)
     return Measurement(Status.OK, times, verified=True)
 
 

@@ -31,6 +31,25 @@ def test_a_write_outside_its_buffers_fails_the_candidate(stray, where):
     again = runner.measure(cpu.compile(source()), "kernel", check=True, timeout_s=60, min_time_s=0.001)
     assert again.status == "ok" and again.verified, again  # the guards were laid again: the next candidate is not blamed
 
+def test_a_write_to_an_input_fails_the_candidate_and_a_check_compares_the_output_alone():
+  # the inputs lie on read-only pages: the write kills the runner (a crash), which starts again for the next candidate
+  with tempfile.TemporaryDirectory() as tmp, Runner("devices.cpu") as runner:
+    write_case(Path(tmp), K, {}, 0)
+    runner.setup(Path(tmp), {})
+    bad = runner.measure(cpu.compile(source("((volatile float*)data1)[5] = 2.0f;")), "kernel", check=True, timeout_s=60, min_time_s=0.001)
+    assert bad.status == "crash" and "SIGSEGV" in bad.error and runner.restarts == 1, bad
+    again = runner.measure(cpu.compile(source()), "kernel", check=True, timeout_s=60, min_time_s=0.001)
+    assert again.status == "ok" and again.verified, again
+
+def test_a_locked_buffer_is_filled_again_and_stays_locked():
+  g = Guarded(cpu, 5000, np.float32)  # not a whole number of pages
+  g.fill(np.ones(5000, np.float32))
+  assert g.lock() and g.locked
+  g.fill(np.full(5000, 2, np.float32))  # the runner's refill after a trampled guard
+  assert g.locked and (g.contents() == 2).all() and g.trampled() is None
+  assert g.lock(False) and not g.locked
+  g.buf[0] = 3.0  # writable again
+
 @pytest.mark.skipif(not opencl.available(), reason="no OpenCL device (install pocl-opencl-icd ocl-icd-libopencl1)")
 def test_a_device_buffer_is_guarded_past_its_end():
   g = Guarded(opencl, 100, np.float32)

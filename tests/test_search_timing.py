@@ -54,6 +54,7 @@ def _counting_case(monkeypatch) -> tuple[_Case, _Out]:
   monkeypatch.setattr(runner, "compare", lambda *a: None)  # the check's outcome is not what is tested here
   case, out = object.__new__(_Case), _Out()
   case.guarded, case.poison, case.bufs, case.var_args, case.k, case.want, case.vv, case.bounds = [out], None, [], [], None, [], {}, None
+  case.compared = [out]
   return case, out
 
 
