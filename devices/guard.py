@@ -14,13 +14,21 @@ GUARD_BYTES = 64 << 10  # on each side: a candidate's stray write is rarely fart
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def _pages(n: int, dt: np.dtype) -> np.ndarray:
+  """n zeros of dt on an anonymous mapping of their own, advised into huge pages as numpy advises its large arrays (the
+  runtime's buffers: a memory-bound kernel is timed on pages like theirs)."""
+  m = mmap.mmap(-1, n * dt.itemsize)
+  if hasattr(mmap, "MADV_HUGEPAGE"): m.madvise(mmap.MADV_HUGEPAGE)
+  return np.frombuffer(m, dt, n)
+
+
 class Guarded:
   def __init__(self, dev: Device, n: int, dtype: npt.DTypeLike, seed: int = 0):
     self.dev, self.n, dt = dev, n, np.dtype(dtype)
     g = GUARD_BYTES // dt.itemsize  # a multiple of any vector width: the buffer keeps the allocation's alignment
     self.raw = dev.alloc(g + n + g, dt)
     self.host = isinstance(self.raw, np.ndarray)
-    if self.host: self.raw = np.frombuffer(mmap.mmap(-1, self.raw.nbytes), dt, self.raw.size)  # host memory: zeroed pages of its own, for lock()
+    if self.host: self.raw = _pages(self.raw.size, dt)  # host memory: pages of its own, for lock()
     self.locked = False
     self.lead = g if self.host else 0
     self.canary = np.random.default_rng(seed).integers(0, 256, 2 * g * dt.itemsize, np.uint8).view(dt)  # a device's: all after the end
