@@ -129,8 +129,8 @@ class _ThreadsLast:
 
 
 def test_a_cut_round_without_a_threaded_child_measures_the_one_whose_busiest_core_works_least():
-  # 69 rows (3 x 23) on 2 cores: under THREAD 3 one core does 2/3 of the work, under THREAD 2 half; the model ranks THREAD 3
-  # first (sops_2123: the search ended 0.78x the beam's, which took THREAD 2)
+  # 69 x 64 elements, one axis of 4416 (2^6 x 3 x 23), on 2 cores: under THREAD 3 one core does 2/3 of the work, under
+  # THREAD 2 half; the model ranks THREAD 3 first (sops_2123: the search ended 0.78x the beam's, which took THREAD 2)
   o = dataclasses.replace(cpu.options(), threads=2)
   k = Kernel(elementwise((69, 64), [(69, 64)], lambda a: alu("MUL", a, a)), o)
   acts = actions_for(o)
