@@ -1,5 +1,6 @@
-import contextlib, ctypes, gzip, os, signal, time
+import contextlib, ctypes, gzip, os, pickle, signal, time
 from pathlib import Path
+from typing import Callable, TypeVar
 import pytest
 from hypothesis import settings
 from build_cache import BUILD_CACHE
@@ -11,6 +12,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # the corpus is part of the checkout (examples/corpus/README.md): a fresh clone runs every test; required, never skipped
 CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"
+T = TypeVar("T")
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected: the shares below are of the tests that run
@@ -45,10 +47,27 @@ def corpus_lines() -> list[str]:
   with gzip.open(CORPUS, "rt", encoding="utf-8") as f: return [line for line in f if line.strip()]
 
 
+def once_a_run(tmp_path_factory, name: str, make: Callable[[], T]) -> T:
+  """make(), computed by the first of the run's test processes to ask and read back by the others: kept, pickled, in the
+  run's temporary root, which its pytest-xdist workers share (written whole, then renamed: a race makes it twice, never
+  reads half)."""
+  root = tmp_path_factory.getbasetemp()
+  path = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "once-a-run" / f"{name}.pickle"
+  if path.exists(): return pickle.loads(path.read_bytes())
+  value = make()
+  path.parent.mkdir(exist_ok=True)
+  (tmp := path.with_name(f"{path.name}.{os.getpid()}")).write_bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+  os.replace(tmp, path)
+  return value
+
+
 @pytest.fixture(scope="session")
-def corpus(corpus_lines):
+def corpus(corpus_lines, tmp_path_factory):
+  """Every document through loads once a run (a kernel that fails it errors the fixture in each process that asks): ~5
+  CPU-s quiet, which each pytest-xdist worker paid, and each bounded fuzz run's kernel pool again (fuzz_harness.kernel_pool
+  takes these); the other processes unpickle the kernels in ~0.2 s."""
   from linearizer.ast import loads
-  return [loads(line) for line in corpus_lines]
+  return once_a_run(tmp_path_factory, "corpus", lambda: [loads(line) for line in corpus_lines])
 
 
 # What the suite compiles is a function of the source, the compiler and its flags alone, and most of a cold run's CPU: kept in

@@ -249,14 +249,19 @@ class Pool:
 
 # ---------------------------------------------------------------- kernels, the table, the command line
 
-def kernel_pool(paths: Iterable[str], builders: int, seed: int, max_positions: int, min_positions: int = 0) -> tuple[list[tuple[str, dict]], int]:
+def kernel_pool(paths: Iterable[str], builders: int, seed: int, max_positions: int, min_positions: int = 0,
+                corpus: Sequence[KernelAST] = ()) -> tuple[list[tuple[str, dict]], int]:
   """(label, document) of every kernel to fuzz -- each file or directory of .json files, then `builders` random builder
   kernels -- and how many were skipped as too big (or too small: below `min_positions`, which another run covered).
-  A label starts with its source: corpus, examples, builders, a file."""
+  A label starts with its source: corpus, examples, builders, a file. `corpus`: CORPUS's kernels, in its order, where
+  the caller has them parsed already (the suite's session fixture): not parsed again."""
   docs = []
   for p in paths:
     for f in sorted(Path(p).glob("*.json")) if Path(p).is_dir() else [Path(p)]:
       src = {CORPUS.resolve(): "corpus", EXAMPLES.resolve(): "examples"}.get(Path(p).resolve(), re.sub(r"(\.jsonl?)?(\.gz)?$", "", Path(p).name))
+      if corpus and f.resolve() == CORPUS.resolve():
+        docs += [(f"{src}:{k.name or f'{p}:{i}'}", k) for i, k in enumerate(corpus, 1)]
+        continue
       docs += [(f"{src}:{(k := loads(text)).name or label}", k) for label, text in read_documents(str(f))]
   rng = random.Random(seed)
   docs += [(f"builders:{i}:{(k := builder_kernel(rng)).name}", k) for i in range(builders)]

@@ -51,8 +51,8 @@ SOURCES = {"corpus", "examples", "builders"}
 @pytest.mark.slow
 @pytest.mark.parametrize("first,last,sources", [(0, 50, SOURCES - {"examples"}), pytest.param(50, 320, SOURCES, marks=pytest.mark.exhaustive)],
                          ids=["first-50", "other-270"])
-def test_a_bounded_fuzz_run_finds_no_failures(first, last, sources):
-  kernels, skipped = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=80, seed=0, max_positions=1_000_000)
+def test_a_bounded_fuzz_run_finds_no_failures(first, last, sources, corpus):
+  kernels, skipped = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=80, seed=0, max_positions=1_000_000, corpus=corpus)
   assert len(kernels) > 700 and skipped > 0
   failures: list[str] = []
   with F.Pool(jobs=2, max_positions=1_000_000) as pool:

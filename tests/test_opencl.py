@@ -52,8 +52,8 @@ def test_gpu_schedules_match_the_reference(k, opts):
 @pytest.mark.slow
 @pytest.mark.parametrize("first,last,min_uses", [(0, 50, 2), pytest.param(50, 300, 6, marks=pytest.mark.exhaustive)],
                          ids=["first-50", "other-250"])
-def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures(first, last, min_uses):
-  kernels, _ = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=40, seed=1, max_positions=100_000)
+def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures(first, last, min_uses, corpus):
+  kernels, _ = F.kernel_pool([str(F.CORPUS), str(F.EXAMPLES)], builders=40, seed=1, max_positions=100_000, corpus=corpus)
   # a case's limit is CPU seconds (the costliest, sops_12225's 64-wide unroll, compiles in 21-22 CPU-s), which a busy machine
   # does not stretch as it does wall time; the wall limit catches a hang that uses none
   with F.Pool(jobs=2, device="OPENCL", timeout=600, cpu_timeout=120, max_positions=100_000) as pool:
@@ -63,8 +63,12 @@ def test_a_bounded_fuzz_run_uses_every_gpu_opt_and_finds_no_failures(first, last
   assert len(cases) == last - first and min(uses.values()) >= min_uses, uses
 
 
+# 40 sampled corpus kernels have 23 distinct hand-coded GPU schedules (their opts and amounts): `make test` checks the named
+# kernels and the first corpus kernel of each schedule (28 PoCL builds, was 45), the exhaustive tier, which CI runs too, the
+# 17 kernels after it, which repeat a schedule already checked on another kernel (as test_codegen_cpu's sample does)
 @pytest.mark.slow
-def test_hand_coded_gpu_schedules_group_and_use_locals_and_match_the_reference(corpus):
+@pytest.mark.parametrize("repeats", [False, pytest.param(True, marks=pytest.mark.exhaustive)], ids=["first-of-each-schedule", "repeated-schedules"])
+def test_hand_coded_gpu_schedules_group_and_use_locals_and_match_the_reference(corpus, repeats):
   import math, random
   from linearizer.heuristic import hand_coded_optimizations
   from linearizer.kernel import Kernel
@@ -77,4 +81,9 @@ def test_hand_coded_gpu_schedules_group_and_use_locals_and_match_the_reference(c
   few_outputs = kernel(red("SUM", ld(1, (2, 32, 112, 112)), (0, 2, 3)))  # per channel over batch, rows, columns: shape (32, 2, 12544)
   assert [(o.op, o.axis) for o in hand(few_outputs) if o.op in ("GROUP", "GROUPTOP")] == [("GROUPTOP", 1)], hand(few_outputs)
   small = [k for k in corpus if math.prod(k.shape_at(k.full_shape, k.var_vals())) < 1_000_000]
-  for k in list(named.values()) + [few_outputs] + [k.rebased() for k in random.Random(2).sample(small, 40)]: run(opencl, "OPENCL", k, hand(k))
+  seen: set[tuple] = set()
+  cases = [] if repeats else list(named.values()) + [few_outputs]
+  for k in [k.rebased() for k in random.Random(2).sample(small, 40)]:
+    if ((schedule := tuple((o.op, o.amt) for o in hand(k))) in seen) == repeats: cases.append(k)
+    seen.add(schedule)
+  for k in cases: run(opencl, "OPENCL", k, hand(k))

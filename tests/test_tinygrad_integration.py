@@ -24,6 +24,7 @@ from tunesvc.cache import OptsCache  # noqa: E402
 from tunesvc.integrations import tinygrad as tsvc  # noqa: E402
 from tests.tinygrad_suite import compare  # noqa: E402
 from tests.tinygrad_examples import PROGRAMS, llama  # noqa: E402
+from conftest import once_a_run  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_opencl = pytest.mark.skipif("OPENCL" not in registry.available(), reason="no OpenCL device (PoCL: pocl-opencl-icd)")
@@ -49,19 +50,13 @@ def on_clang(f):
 
 @pytest.fixture(scope="session")
 def plain_results(tmp_path_factory):
-  """name -> PROGRAMS[name] computed by plain tinygrad on CLANG, once a run: its scheduling and codegen in Python are most
-  of a reference's CPU (llama's 7-8 CPU-s, its compiles cached or not), and three tests want llama's. Kept in the run's
-  temporary root, which the pytest-xdist workers share (each writes whole files: a race computes twice, never reads half)."""
-  root = tmp_path_factory.getbasetemp()
-  out = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "plain-tinygrad-results"
-  out.mkdir(exist_ok=True)
-  def get(name: str) -> np.ndarray:
-    if not (path := out / f"{name}.npy").exists():
-      Compiled.get_runner.cache_clear()  # tinygrad compiles every kernel itself
-      np.save(tmp := out / f"{name}.{os.getpid()}.npy", on_clang(PROGRAMS[name]))
-      os.replace(tmp, path)
-    return np.load(path)
-  return get
+  """name -> PROGRAMS[name] computed by plain tinygrad on CLANG, once a run (conftest.once_a_run: the pytest-xdist workers
+  share it): its scheduling and codegen in Python are most of a reference's CPU (llama's 7-8 CPU-s, its compiles cached
+  or not), and three tests want llama's."""
+  def plain(name: str) -> np.ndarray:
+    Compiled.get_runner.cache_clear()  # tinygrad compiles every kernel itself
+    return on_clang(PROGRAMS[name])
+  return lambda name: once_a_run(tmp_path_factory, f"plain-tinygrad-{name}", lambda: plain(name))
 
 @pytest.fixture
 def enabled(device):
