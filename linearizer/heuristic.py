@@ -45,6 +45,7 @@ PIXEL_TILE_512, PIXEL_TILE = 14, 12
 AVX2_REGISTERS = 16  # ymm registers: a window row _channel_tile keeps whole beside one packed vector and a broadcast
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
+L1_WAY_BYTES = 4096  # one way of a CPU's L1 data cache (32 KB of 8 ways, 48 KB of 12): addresses this far apart share a set
 PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at most 1/16 of its work wasted
 PAD_REDUCE = 64  # ... under a reduce of at least this many elements
 POOL_WINDOW = 16  # the positions of a pooling window (3x3, 2x2) _streamed_row reads at a stride of 2
@@ -166,18 +167,22 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   last = t.shape_len - t.upcasted - 1
   wide = max(k.options.float_vector_widths, default=4) >= 16
   budget = (PIXEL_TILE_512 if wide else PIXEL_TILE) // vecs
-  # AVX2, two vectors of a strided conv: a 1x1's row takes the largest part of it within the budget, a window row of
-  # WINDOW (the stem's 7x7) 7 pixels, as on AVX-512, over the registers' budget (14 accumulators, 2 weight vectors: the
-  # input's broadcasts fold into the FMAs). Against one vector's 2-D tile, interleaved, busy Zen 3, 1 and 2 threads:
-  # 1x1 256->512 stride 2 2x4 1.01-1.17x, 64->128 1.00-1.06x; 7x7 3->64 stride 2 (sops_7858) 2x7 1.01-2.20x; but 3x3
-  # stride 2 2x7 0.75-1.21x (128 and 64 channels, the 3-channel stem: kept). Stride 1 shares its inputs and keeps its
-  # tiles (3x3 64 56x56 2x7 0.86x, 2x4 0.93x)
+  # AVX2, two vectors of a strided conv: a row takes the largest part of it within the budget, a window row of WINDOW
+  # (the stem's 7x7) 7 pixels, as on AVX-512, over the registers' budget (14 accumulators, 2 weight vectors: the input's
+  # broadcasts fold into the FMAs). Against one vector's 2-D tile, interleaved, busy Zen 3, 1 and 2 threads: 1x1 256->512
+  # stride 2 2x4 1.01-1.17x, 64->128 1.00-1.06x; 7x7 3->64 stride 2 (sops_7858) 2x7 1.01-2.20x; 3x3 128 stride 2 2x4
+  # (thread CPU time) 1.17x; but 3x3 stride 2 2x7 0.75-1.21x (128 and 64 channels, the 3-channel stem)
   strided = vecs > 1 and not wide and _strided_conv(t, pixels, packed)
   window_row = t.full_shape[last] if t.is_reduce_axis(last) else 0
   short_row = isinstance(window_row, int) and 1 < window_row <= WINDOW
   if strided and window_row == WINDOW: budget = PIXEL_TILE_512 // vecs
   padded = _padded_pixels(t, pixels, budget)
   window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and short_row and _shared_window(t, pixels[0], last)
+  # AVX2, two vectors beside a stride-1 window row (its inputs shared, the window's row unrolled): a part of the row of up
+  # to 7 pixels, as the stem's (3x3 64 56x56, thread CPU time, interleaved, busy Zen 3, 1 thread: against one vector's 4
+  # pixels, 2x7 1.35x, 2x4 1.31x; one vector's 8 pixels 1.25x), where their lanes' stores spread over L1's sets
+  spread = vecs > 1 and not wide and _spread_lanes(k, axis)
+  if spread and window: budget = PIXEL_TILE_512 // vecs
   row = pixels[:1] if window or vecs > 1 else pixels
   # AVX2, one vector: a window row whose budget's half (left for the next pixel axis, which a window row's tile does not
   # take) keeps under ACC_CHAINS // 2 accumulators takes the whole row where it fits the registers left beside the packed
@@ -185,11 +190,12 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # 8.25, the whole row 3.98; but sops_627's 8-wide row, 4 pixels kept, ran 0.76x whole)
   whole = window and vecs == 1 and not wide and smax(t.full_shape[row[0]]) <= AVX2_REGISTERS - 2 and \
     (_tile_part(t, pixels, 0, budget) or 0) < ACC_CHAINS // 2
-  # two vectors only beside a whole row of 7 pixels (or a padded one, or a strided 1x1's part of a row of at least
-  # ACC_CHAINS accumulators): with fewer, or none, they measured 0.2-0.7x (sops_7440, sops_4609)
+  # two vectors only beside a whole row of 7 pixels (or a padded one, or on AVX2 a strided 1x1's part of a row of at
+  # least ACC_CHAINS accumulators, or where their lanes' stores spread, a strided conv's or a window row's): with fewer,
+  # or none, they measured 0.2-0.7x (sops_7440, sops_4609)
   part = _tile_part(t, row, 0, budget) if row else None
-  strided_1x1 = strided and not short_row and part is not None and part * vecs >= ACC_CHAINS
-  if vecs > 1 and not padded and not strided_1x1 and part != budget: return None
+  avx2_part = (strided and not short_row or spread and (strided or window)) and part is not None and part * vecs >= ACC_CHAINS
+  if vecs > 1 and not padded and not avx2_part and part != budget: return None
   for n, i in enumerate(row):
     amt = padded if n == 0 and padded else smax(t.full_shape[i]) if whole else _tile_part(t, pixels if vecs == 1 else row, n, budget)
     if amt is not None and _try(t, Opt(OptOp.UPCAST, i, amt)): budget //= amt
@@ -202,6 +208,15 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
       t.is_reduce_axis(last := t.shape_len - t.upcasted - 1):
     next((a for a in (8, 4, 2) if acc * a <= ACC_CHAINS and _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, a))), None)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed) else None
+
+def _spread_lanes(k: Kernel, axis: int) -> bool:
+  """Do the lanes of a vector along output axis `axis`, each stored alone after the reduce (a conv's output channels),
+  fall in different L1 sets: is the output's stride along it no multiple of L1_WAY_BYTES? Where it is (a conv's 64x64
+  channel planes, 16 KB), two vectors' 16 lanes share one set of 8 ways and evict each other's lines: 3x3 4->320 64x64,
+  two vectors beside 4 pixels against one, busy Zen 3, 1 thread, thread CPU time: 0.91x (sops_2454, batch 2: 0.77x);
+  68x68, 18.5 KB, 1.13x."""
+  stride = k.sts[0].views[-1].strides[axis]
+  return isinstance(stride, int) and stride * k.leaves[0].dtype.itemsize % L1_WAY_BYTES != 0
 
 def _strided_conv(t: Kernel, pixels: list[int], packed: list[int]) -> bool:
   """Does an operand of the reduce that is not packed (a conv's input) skip elements along both of the two innermost

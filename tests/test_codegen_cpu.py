@@ -249,13 +249,14 @@ def test_a_padded_or_strided_convs_vector_is_its_output_channels_with_the_weight
   # its rows are no clean vector (masked at the padding, strided): the output channels are, two vectors a block beside a
   # row of 7 pixels (one where no row of 7 divides), the weights packed with the channels innermost (a vector load each),
   # the input a broadcast, a tile of pixels reusing each weight vector, each lane stored alone after the reduce (3x3 256
-  # channels 14x14 on Zen 4, 1 thread: 8.9 -> 48 GFLOP/s). Two vectors beside 7 pixels are 14 accumulators and 2 weight
-  # vectors, over AVX2's 16 registers: its pixel budget (PIXEL_TILE) leaves 6 pixels beside two, and it takes one
+  # channels 14x14 on Zen 4, 1 thread: 8.9 -> 48 GFLOP/s). AVX2 takes two beside a window row's 7 (stride 1, 28) or a
+  # strided row's 4 (stride 2, 32: a 16x16 output), not where the 32x32 output's 4 KB channel planes put the lanes in one
+  # L1 set (stride 1, 32), nor beside a strided row of 14 (its 2 pixels: too few accumulators)
   for stride, hw in ((1, 28), (2, 28), (1, 32), (2, 32)):
     k = conv2d(1, 8, hw, hw, 64, 3, 3, stride=stride, padding=1)
     kern = Kernel(k, cpu.options())
     w = widest(k)
-    two = hw == 28 and w >= 16
+    two = hw == 28 if w >= 16 else (stride, hw) in ((1, 28), (2, 32))
     opts = hand_coded_optimizations(kern)
     applied = [(o.op, o.axis, o.amt) for o in opts]
     head = [("BLOCK", 0, 2 * w), ("UPCAST", 1, w), ("UPCAST", 1, 2)] if two else [("BLOCK", 0, w), ("UPCAST", 1, 0)]
@@ -275,14 +276,35 @@ def test_an_avx2_window_row_of_one_vector_takes_the_whole_row_where_the_budgets_
   # a padded 3x3 conv of 14-wide rows, one vector of channels beside the window's row: AVX2's budget (12) halved for the
   # next pixel axis kept 2 pixels (3x3 256 channels 14x14, busy Zen 3, 1 thread: 6.4 -> 3.7-4.0 ms with the row's 14);
   # AVX-512's choice (7 of 14) is unchanged
-  k = conv2d(1, 8, 14, 14, 16, 3, 3, padding=1)
-  def tile(widths):
+  # (24 channels: one vector; 16 take two beside 7 pixels on AVX2, the next test)
+  def tile(k, widths):
     opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
     return opts, [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")]
-  avx2, applied = tile((4, 8))
+  k = conv2d(1, 8, 14, 14, 24, 3, 3, padding=1)
+  avx2, applied = tile(k, (4, 8))
   assert applied == [("UPCAST", 1, 0), ("UPCAST", 3, 14), ("UNROLL", 2, 0)], avx2
-  assert tile((4, 8, 16))[1] == [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]
+  assert tile(conv2d(1, 8, 14, 14, 16, 3, 3, padding=1), (4, 8, 16))[1] == [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]
   check(k, opts=avx2)
+
+def test_an_avx2_3x3_conv_takes_two_vectors_of_channels_beside_a_part_of_a_row_where_their_lanes_spread_over_l1():
+  # two vectors of output channels reuse each input broadcast twice: beside a stride-1 window row's part of up to 7
+  # pixels, its window row unrolled (3x3 64 56x56, busy Zen 3, 1 thread: 1.35x one vector's 4 pixels), or a stride-2
+  # row's part within the budget, 4 of 28 (3x3 128 stride 2: 1.17-1.28x one vector's 4 x 2). Not where the output's
+  # channel planes are a multiple of 4 KB apart (64x64: 16 KB), which puts the 16 lanes stored one by one in one L1 set
+  # of 8 ways (3x3 4->320 64x64: 0.91x; 68x68: 1.13x): one vector's tile there, as before. AVX-512's choices unchanged
+  def tile(k, widths):
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
+    return opts, [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")]
+  two = [("UPCAST", 0, 8), ("UPCAST", 0, 2)]
+  for k, avx2_tile, avx512_tile in (
+      (conv2d(1, 8, 56, 56, 16, 3, 3, padding=1), [*two, ("UPCAST", 2, 7), ("UNROLL", 2, 0)], [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]),
+      (conv2d(1, 8, 56, 56, 16, 3, 3, stride=2, padding=1), [*two, ("UPCAST", 2, 4)], [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UPCAST", 1, 2)]),
+      (conv2d(1, 8, 64, 64, 16, 3, 3, padding=1), [("UPCAST", 1, 0), ("UPCAST", 3, 4), ("UNROLL", 2, 0)],
+       [("UPCAST", 0, 0), ("UPCAST", 2, 4), ("UNROLL", 2, 0)])):
+    avx2, applied = tile(k, (4, 8))
+    assert applied == avx2_tile and ("PACK", 2, None) in [(o.op, o.axis, o.amt) for o in avx2], avx2
+    assert tile(k, (4, 8, 16))[1] == avx512_tile
+    check(k, opts=avx2)
 
 
 def test_an_avx2_strided_1x1_or_7x7_conv_takes_two_vectors_of_channels_beside_a_row_of_pixels():
