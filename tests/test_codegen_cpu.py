@@ -291,7 +291,7 @@ def test_an_avx2_3x3_conv_takes_two_vectors_of_channels_beside_a_part_of_a_row_w
   # pixels, its window row unrolled (3x3 64 56x56, busy Zen 3, 1 thread: 1.35x one vector's 4 pixels), or a stride-2
   # row's part within the budget, 4 of 28 (3x3 128 stride 2: 1.17-1.28x one vector's 4 x 2). Not where the output's
   # channel planes are a multiple of 4 KB apart (64x64: 16 KB), which puts the 16 lanes stored one by one in one L1 set
-  # of 8 ways (3x3 4->320 64x64: 0.91x; 68x68: 1.13x): one vector's tile there, as before. AVX-512's choices unchanged
+  # of 8 ways (3x3 4->320 64x64: 0.91x; 68x68: 1.13x): one vector's tile there (the next test). AVX-512's choices unchanged
   def tile(k, widths):
     opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
     return opts, [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")]
@@ -299,12 +299,23 @@ def test_an_avx2_3x3_conv_takes_two_vectors_of_channels_beside_a_part_of_a_row_w
   for k, avx2_tile, avx512_tile in (
       (conv2d(1, 8, 56, 56, 16, 3, 3, padding=1), [*two, ("UPCAST", 2, 7), ("UNROLL", 2, 0)], [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]),
       (conv2d(1, 8, 56, 56, 16, 3, 3, stride=2, padding=1), [*two, ("UPCAST", 2, 4)], [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UPCAST", 1, 2)]),
-      (conv2d(1, 8, 64, 64, 16, 3, 3, padding=1), [("UPCAST", 1, 0), ("UPCAST", 3, 4), ("UNROLL", 2, 0)],
+      (conv2d(1, 8, 64, 64, 16, 3, 3, padding=1), [("UPCAST", 1, 0), ("UPCAST", 3, 8), ("UNROLL", 2, 0)],
        [("UPCAST", 0, 0), ("UPCAST", 2, 4), ("UNROLL", 2, 0)])):
     avx2, applied = tile(k, (4, 8))
     assert applied == avx2_tile and ("PACK", 2, None) in [(o.op, o.axis, o.amt) for o in avx2], avx2
     assert tile(k, (4, 8, 16))[1] == avx512_tile
     check(k, opts=avx2)
+
+def test_an_avx2_window_row_of_one_vector_takes_a_part_of_the_whole_budget():
+  # one vector beside a window row: its tile is the row's part alone (no next pixel axis joins it), within the whole
+  # budget (12), not the half left for a next axis (6): 8 of a 32-, 56- or 64-wide row where 4 (3x3 64 32x32, busy Zen 3,
+  # 1 thread: 1.12x; 64 56x56 1.25x; sops_566 and sops_581, 640 channels at 32x32, 1.12-1.13x); a row whose half-budget
+  # part keeps under 4 pixels still takes the whole row (14: the test above)
+  for hw in (32, 56, 64):
+    k = conv2d(1, 8, hw, hw, 24, 3, 3, padding=1)
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=(4, 8))))
+    assert [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")] == [("UPCAST", 1, 0), ("UPCAST", 3, 8), ("UNROLL", 2, 0)], opts
+    check(k, opts=opts)
 
 
 def test_an_avx2_strided_1x1_or_7x7_conv_takes_two_vectors_of_channels_beside_a_row_of_pixels():
