@@ -5,7 +5,7 @@ import functools, math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
 from linearizer.shapetracker import ShapeTracker
-from linearizer.lower import ACC_CHAINS
+from linearizer.lower import ACC_CHAINS, AVX2_REGISTERS
 from linearizer.kernel import MAX_UPCAST, PACK_BYTES, Kernel, Opt, OptError, OptOp
 from linearizer.vectors import consecutive, step, vector_widths
 from linearizer.symbolic import Node, Var, sint, smax
@@ -39,10 +39,15 @@ BLOCK_K = BLOCK_N = 256
 # in place (1024x56 @ K, B packed, 1 thread, busy Zen 3: K=1024 48.7 GFLOP/s, K=1040 77.7): A packed too, in blocks of
 # BLOCK_M rows, beside B's block of BLOCK_M columns (both within kernel.PACK_BYTES); _packed_rows
 BLOCK_M = 128
+# AVX2, such a matmul's register tile: AVX2_TILE rows x AVX2_TILE_VECTORS vectors of columns, ACC_CHAINS accumulators
+# whose loop step loads 4 broadcasts of A and 2 vectors of B for 8 FMAs (8 rows x 1 vector: 8 broadcasts and 1 vector;
+# a broadcast is a load, and the loads, not the FMAs, set the pace). 1024, 1 thread, busy Zen 3, interleaved with numpy
+# (CPU time): 8x1 0.74-0.79x of OpenBLAS, 4x2 0.91-0.97x (with lower's eager chain: without it 0.76x), 6x2 over 1026
+# padded rows 0.88-0.95x, 3x4 0.94x, 2x4 0.82x, 12x1 0.76x
+AVX2_TILE, AVX2_TILE_VECTORS = 4, 2
 # _packed_vector's accumulators (vectors), leaving registers for the packed vector and a broadcast: 14 of AVX-512's 32
 # (1x1 conv 256->64 56x56, Zen 4: 14 pixels 86, 16 pixels 62 GFLOP/s); 12 of AVX2's 16, as BLAS kernels there keep
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
-AVX2_REGISTERS = 16  # ymm registers: a window row _channel_tile keeps whole beside one packed vector and a broadcast
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
 L1_WAY_BYTES = 4096  # one way of a CPU's L1 data cache (32 KB of 8 ways, 48 KB of 12): addresses this far apart share a set
@@ -309,40 +314,61 @@ def _block(k: Kernel, axis: int, per_step: int, target: int) -> None:
   amt = max((d for d in range(2, min(target // per_step, size // 2) + 1) if size % d == 0), default=None)
   if amt is not None: _try(k, Opt(OptOp.BLOCK, axis, amt))
 
-def _cache_blocks(k: Kernel, vec: int, width: int) -> None:
-  """CPUs, a tile over a broadcast output vector axis (`vec`, whose steps are `width` wide: its operands are reused
-  across tiles): the innermost reduce loop in blocks of BLOCK_K elements, then `vec` in blocks of BLOCK_N: the reduce's
+def _cache_blocks(k: Kernel, vec: int, width: int, vectors: int = 1) -> None:
+  """CPUs, a tile over a broadcast output vector axis (`vec`, whose steps are `vectors` vectors of `width` lanes: its
+  operands are reused across tiles): the innermost reduce loop in blocks of BLOCK_K elements, then `vec` in blocks of BLOCK_N: the reduce's
   loop outermost, then the vector axis's, then the global loops."""
   last = k.shape_len - k.upcasted - 1
   reduce_steps = math.prod(s for i, s in enumerate(k.upcast_shape, last + 1) if k.is_reduce_axis(i))  # elements a loop step covers
   if not k.is_reduce_axis(last): return
   before = k.block_dims
   _block(k, last, reduce_steps, BLOCK_K)
-  if width == 8 and k.block_dims > before and _packed_rows(k, vec + 1, width): return
+  if width == 8 and k.block_dims > before and _packed_rows(k, vec + 1): return
   # the vector axis in blocks too where the reduce is too short to block (a 1x1 conv's 256 channels): its block loop
   # outermost, the other axes' tiles reuse its operand's panel while it is in L1 (1x1 conv 256->64 56x56, 1 thread:
   # 6.1 -> 3.3 ms, Cascade Lake, quiet)
-  _block(k, vec + (k.block_dims > before), width, BLOCK_N)  # after a reduce block, which went before it
+  _block(k, vec + (k.block_dims > before), width * vectors, BLOCK_N)  # after a reduce block, which went before it
   if k.block_dims: _packs(k)
 
-def _packed_rows(k: Kernel, vec: int, width: int) -> bool:
+def _matmul_operands(k: Kernel, vec: int) -> tuple[int, int, int] | None:
+  """A matmul's (A, B, rows): the reduce's two loaded operands (leaf indices), B varying along the output's vector axis
+  `vec` and A not, and the first output axis outside the upcasts that A varies along and B does not (A's rows); None
+  where the reduce is no such product."""
+  mems = [j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg) and a in _reduce_loads(k)]
+  if len(mems) != 2: return None
+  b, a = sorted(mems, key=lambda j: vec not in k.varies(j))
+  if vec not in k.varies(b) or vec in k.varies(a): return None
+  rows = next((i for i in range(k.thread_dims + k.block_dims, k.first_reduce)
+               if i != vec and i in k.varies(a) and i not in k.varies(b) and isinstance(k.full_shape[i], int)), None)
+  return None if rows is None else (a, b, rows)
+
+def _register_tile(k: Kernel, vec: int, width: int) -> bool:
+  """AVX2, a matmul whose reduce is long enough for _cache_blocks to block it (both operands packed then: _packed_rows),
+  its vector axis `vec` upcast to one vector: the tile AVX2_TILE rows x AVX2_TILE_VECTORS vectors (step 1's _tile would
+  take 8 rows of one vector). Applied to a copy, kept only whole. AVX-512 keeps 8 x 1 (its 32 registers hold a step's
+  16 broadcasts; not measured here)."""
+  if width != 8 or (ops := _matmul_operands(k, vec)) is None: return False
+  last = k.shape_len - k.upcasted - 1
+  if not k.is_reduce_axis(last) or not isinstance(size := k.full_shape[last], int) or size < 2 * BLOCK_K: return False
+  t = k.copy()
+  if not (_try(t, Opt(OptOp.UPCAST, vec, AVX2_TILE_VECTORS)) and _try(t, Opt(OptOp.UPCAST, ops[2], AVX2_TILE))): return False
+  k.apply_opts(t.applied_opts[len(k.applied_opts):])
+  return True
+
+def _packed_rows(k: Kernel, vec: int) -> bool:
   """AVX2, a matmul's reduce blocked (_cache_blocks): both operands packed, A (the operand that does not vary along the
   vector axis `vec`) in blocks of BLOCK_M rows of the tile's row axis, then B's columns (`vec`) in blocks of as many: the
   blocks K, then M, then N, so A's copy is made once per K and M block, B's once per N block inside them (lower). Applied
   to a copy, kept only whole. 1 thread, interleaved with numpy, busy Zen 3 (thread CPU time), against K in 256s and B
   alone packed in 256-column blocks: matmul 1024 0.63 -> 0.68x of OpenBLAS, 2048 0.58 -> 0.60x; 512 and 4096 unchanged."""
-  mems = [j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg) and a in _reduce_loads(k)]
-  if len(mems) != 2: return False
-  b, a = sorted(mems, key=lambda j: vec not in k.varies(j))
-  if vec not in k.varies(b) or vec in k.varies(a): return False
-  rows = next((i for i in range(k.thread_dims + k.block_dims, k.first_reduce)
-               if i != vec and i in k.varies(a) and i not in k.varies(b) and isinstance(k.full_shape[i], int)), None)
-  if rows is None: return False
+  if (ops := _matmul_operands(k, vec)) is None: return False
+  a, b, rows = ops
   t, before = k.copy(), k.block_dims
-  tile_rows = math.prod(s for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted) if i in k.varies(a) and i not in k.varies(b))
-  _block(t, rows, tile_rows, BLOCK_M)
+  def tile(inside: int, outside: int) -> int:  # the tile's elements along the output axes `inside` varies along and `outside` not
+    return math.prod(s for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted) if i in k.varies(inside) and i not in k.varies(outside))
+  _block(t, rows, tile(a, b), BLOCK_M)
   if t.block_dims == before: return False
-  _block(t, vec + 1, width, BLOCK_M)
+  _block(t, vec + 1, tile(b, a), BLOCK_M)
   if t.block_dims != before + 2 or not (_try(t, Opt(OptOp.PACK, a)) and _try(t, Opt(OptOp.PACK, b))): return False
   # threads split the row blocks, not the tiles inside one (_threads' first choice), so each copies a whole B block for
   # twice the rows (2048, 2 threads, CPU time: 0.61x of OpenBLAS on the tiles, 0.67x on the row blocks)
@@ -443,7 +469,8 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     upcasted.add(row)
     streamed = row
   row_tile = k.upcasted
-  _tile(k, vec, loads, upcasted, tile)
+  register_tile = not gpu and vec in upcasted and _register_tile(k, vec, widest)
+  if not register_tile: _tile(k, vec, loads, upcasted, tile)
   if k.upcasted != row_tile: streamed = None  # a tile over other axes too reuses the row's loads: no stream (_row_blocks)
   # 2. reduces: unroll a short reduce whole, else by 4 (a tree of independent partial sums); where no output axis is
   #    upcast, by the widest vector first: on a CPU the unrolled axis becomes the vector where a load reads it
@@ -479,7 +506,8 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     # vectors of its live values fit the registers (sops_268's 654 ops, 32 EXP2s: 2.7x slower). Two steps stay for threads.
     if amt is not None and transcendentals and sum(n.op not in ("LOAD", "CONST", "STORE") for n in k.ast.nodes) <= 64:
       next((a for a in (4, 2) if smax(k.full_shape[axis]) >= 2 * a and _try(k, Opt(OptOp.UPCAST, axis, a))), None)
-  if not gpu and k.reduceop is not None and vec in upcasted: _cache_blocks(k, vec, widest)  # (vec: an int there)
+  if not gpu and k.reduceop is not None and vec in upcasted:  # (vec: an int there)
+    _cache_blocks(k, vec, widest, AVX2_TILE_VECTORS if register_tile else 1)
   elif streamed is not None: _row_blocks(k, streamed)
   # 4. GPUs: work-groups; CPUs: threads
   if gpu and not k.dont_use_locals: _locals(k)

@@ -40,6 +40,7 @@ ACC_CHAINS = 8  # accumulators enough to hide an FMA's latency (4 cycles, 2 a cy
 # are independent latency chains the core overlaps only side by side (4 chained SINs, 2 vectors a step, 1M floats:
 # 4.80 ms one after the other); more would keep every lane's value live at once (a tile's 64 vectors spill)
 INTERLEAVED = 4
+AVX2_REGISTERS = 16  # vector registers of a CPU without AVX-512 (ymm; SSE's xmm)
 
 
 class UOps(StrEnum):
@@ -342,13 +343,36 @@ class _Lowering:
     accs = self.define_accs(red, [tuple(l.values()) for l in self.lanes(self.out_up)])
     if self.k.blocked_reduce: accs = self.resumed(red, accs)
     chain = red.arg.fn == "SUM" and red.src[0].op == "MUL" and red.dtype.name in FMA_DTYPES and len(accs) >= ACC_CHAINS
-    fold, memo = _Folder(self, red, accs, chain), Memo()
+    eager = chain and self.eager_chain(red, len(accs))
+    fold, memo = _Folder(self, red, accs, chain, eager), Memo()
+    # eager: a loop step's reduce lanes outermost, each output lane's product folded in as soon as it is made, the
+    # output axes smallest innermost (a 4x2 tile: a row's broadcast and the step's 2 vectors of B live, not 8 and 4)
+    red_up = [i for i in self.upcast_axes if i not in self.out_up]
+    order = red_up + sorted(self.out_up, key=lambda i: -concrete(self.full[i])) if eager else self.upcast_axes
     with self.scope(self.loops(range(self.fr + self.gfr, self.up))):  # the reduce loop's values are out of scope after it
-      for l in self.lanes(self.upcast_axes):
+      for l in self.lanes(order):
         v = self.value(red.src[0], l, memo)
         if red.dtype.acc != red.dtype: v = self.emit(UOp(UOps.CAST, red.dtype.acc, (v,), False, self.W))
         fold.add(tuple(l[i] for i in self.out_up), v)
       return fold.done()
+
+  def eager_chain(self, red: LazyOp, accs: int) -> bool:
+    """CPUs: are a chained reduce's accumulators few enough to stay in registers beside a product's operands, while with
+    every value of a loop step as well they would not? Then its products go in as they are made (_Folder): gcc keeps
+    the order it is given, and a step's values made first spilled the accumulators where there was room for all (a 6x2
+    tile on AVX2: 79 spill loads and stores, none eagerly; a 4x2 tile, none spilled, ran 0.83x, busy Zen 3). A tile past the registers
+    keeps values first (sops_7806's 240 accumulators: gcc took 4x as long over it eagerly), and so does every tile on
+    AVX-512 (32 registers, not measured there)."""
+    if self.k.options.has_local or max(self.k.options.float_vector_widths, default=4) >= 16: return False
+    values = 0
+    for a in {n.arg for n in red.src[0].toposort() if n.op == "LOAD"}:
+      lanes = list(self.lanes([i for i in self.upcast_axes if i in self.k.varies(self.k.leaves.index(a))]))
+      reads = {self.index(self.st_of[a], {**dict.fromkeys(self.upcast_axes, 0), **lane}) for lane in lanes}
+      # lanes that share a value (a 3x3 conv's row of pixels beside its window's row read the same inputs) would keep it
+      # live from one reduce lane to the next (the 3x3 conv 256 channels 14x14 ran 0.65x eagerly, busy Zen 3)
+      if len(reads) < len(lanes): return False
+      values += len(reads)
+    return accs + 2 <= AVX2_REGISTERS < accs + values
 
   def reduce_block_at(self) -> sint:
     """The blocked reduce loops' indices summed: 0 only in the first block, their sizes less one summed only in the last."""
@@ -463,13 +487,14 @@ class _Folder:
   """Folds each output lane's values into its accumulator: add(output lane, value) for each value, then done() gives the
   accumulators after the last. Products that fuse into enough independent accumulators go straight in (`chain`), one
   FMA each (a longer serial sum per accumulator than the tree's, well inside the SUM's range), after all of the
-  iteration's values; otherwise the values combine as a balanced tree first (independent ops, not one serial chain
-  through the accumulator), two partial sums of a level as soon as both exist, so a few are live at once, not every
-  lane's value. Both orders are gcc 12's compile time (CPU s, -O3 -march=native): a tree of 256 lanes (sops_8452, every
-  value computed first) was vectorised with its lanes spilled, 20.7 s, and takes 1.7 s combined as it goes; 240 chained
-  lanes of gated loads (sops_7806) take 4.8 s values first and 19.7 s with each FMA right after its loads."""
-  def __init__(self, lo: _Lowering, red: LazyOp, accs: dict[Lane, int], chain: bool = False):
-    self.lo, self.accs, self.chain = lo, accs, chain
+  iteration's values, or with `eager` each as soon as its value is made (_Lowering.eager_chain); otherwise the values
+  combine as a balanced tree first (independent ops, not one serial chain through the accumulator), two partial sums of
+  a level as soon as both exist, so a few are live at once, not every lane's value. Both orders are gcc 12's compile
+  time (CPU s, -O3 -march=native): a tree of 256 lanes (sops_8452, every value computed first) was vectorised with its
+  lanes spilled, 20.7 s, and takes 1.7 s combined as it goes; 240 chained lanes of gated loads (sops_7806) take 4.8 s
+  values first and 19.7 s with each FMA right after its loads."""
+  def __init__(self, lo: _Lowering, red: LazyOp, accs: dict[Lane, int], chain: bool = False, eager: bool = False):
+    self.lo, self.accs, self.chain, self.eager = lo, dict(accs), chain, eager
     self.op, self.dt = "ADD" if red.arg.fn == "SUM" else "MAX", red.dtype.acc
     self.pending: dict[Lane, list[tuple[int, int]]] = {ol: [] for ol in accs}  # (tree level, partial sum), levels decreasing
 
@@ -478,6 +503,9 @@ class _Folder:
     return i
 
   def add(self, ol: Lane, v: int) -> None:
+    if self.eager:
+      self.accs[ol] = self.lo.emit(UOp(UOps.ACC, self.dt, (self.accs[ol], v), self.op, self.lo.W), dedup=False)
+      return
     level, stack = 0, self.pending[ol]
     while not self.chain and stack and stack[-1][0] == level: v, level = self.combine(stack.pop()[1], v), level + 1
     stack.append((level, v))

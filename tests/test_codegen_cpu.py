@@ -191,14 +191,40 @@ def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
   for widths in ((4, 8, 16), (4, 8)):
     opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths, threads=2)))
     blocks, packs = [(o.axis, o.amt) for o in opts if o.op == "BLOCK"], [o.axis for o in opts if o.op == "PACK"]
-    threads = [(o.axis, o.amt) for o in opts if o.op == "THREAD"]
-    if 16 in widths:  # N's steps are 16 floats: K in 256s (unrolled by 2), N in 256s, B's block packed (A's would not fit beside it)
-      assert (blocks, packs, threads) == ([(2, 128), (2, 16)], [2], [(2, 2)]), opts
-    else:  # AVX2: K in 256s, M in 128 rows (16 tiles of 8), N in 128 columns, A and B packed; the threads split M's blocks
-      assert (blocks, packs, threads) == ([(2, 128), (1, 16), (3, 16)], [1, 2], [(1, 2)]), opts
+    threads, tile = [(o.axis, o.amt) for o in opts if o.op == "THREAD"], [(o.axis, o.amt) for o in opts if o.op == "UPCAST"]
+    if 16 in widths:  # a tile of 8 rows x 1 vector; N's steps are 16 floats: K in 256s (unrolled by 2), N in 256s, B's
+      # block packed (A's would not fit beside it)
+      assert (tile, blocks, packs, threads) == ([(1, 16), (0, 8)], [(2, 128), (2, 16)], [2], [(2, 2)]), opts
+    else:  # AVX2: a tile of 4 rows x 2 vectors (6 loads a step of 8 FMAs, not 8x1's 9); K in 256s, M in 128 rows (32
+      # tiles of 4), N in 128 columns (8 steps of 16), A and B packed; the threads split M's blocks
+      assert (tile, blocks, packs, threads) == ([(1, 8), (1, 2), (0, 4)], [(2, 128), (1, 32), (3, 8)], [1, 2], [(1, 2)]), opts
   check(k, opts=hand_coded_optimizations(Kernel(k, cpu.options())))
   for small in (matmul(64, 64, 64), reduce("SUM", (64, 4096), (1,)), matmul(100, 2999, 999)):  # no reuse, or no vector axis (odd N)
     assert not any(o.op in ("BLOCK", "PACK") for o in hand_coded_optimizations(Kernel(small, cpu.options())))
+
+
+def folds_eagerly(prog) -> bool:
+  """Does the reduce loop load a value after its first accumulate (each product folded in as it is made)?"""
+  first = next(i for i, u in enumerate(prog.uops) if u.op == "ACC" and u.arg == "MULACC")
+  end = next(i for i, u in enumerate(prog.uops) if i > first and u.op == "ENDLOOP")
+  return any(u.op == "LOAD" for u in prog.uops[first:end])
+
+def test_an_avx2_matmul_tile_folds_each_product_in_as_it_is_made():
+  # 8 accumulators beside a loop step's 8 broadcasts of A and 4 vectors of B (K unrolled by 2): made first, they were more
+  # than AVX2's 16 registers hold, and gcc reloaded or spilled them (a 6x2 tile: 79 spill loads and stores). Eager, a
+  # step keeps B's 2 vectors and one broadcast live; the sums are the same bits. AVX-512 (32 registers) keeps values
+  # first, and so do a tile of more accumulators than AVX2's registers and one whose lanes share their inputs (a 3x3
+  # conv's row of pixels beside its window's row: eager, they stayed live from one window column to the next)
+  avx2, avx512 = replace(cpu.options(), float_vector_widths=(4, 8)), replace(cpu.options(), float_vector_widths=(4, 8, 16))
+  k, opts = matmul(64, 64, 512), [Opt("UPCAST", 1, 8), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 4), Opt("UNROLL", 0, 2)]
+  assert folds_eagerly(tile := lower(Kernel(k, avx2).apply_opts(opts))) and most_live(tile) <= 4
+  assert not folds_eagerly(lower(Kernel(k, avx512).apply_opts(opts)))
+  assert not folds_eagerly(lower(Kernel(k, avx2).apply_opts([Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 16), Opt("UNROLL", 0, 2)])))
+  conv = conv2d(1, 16, 14, 14, 16, 3, 3, padding=1)  # a vector of channels x 14 pixels, the window's row unrolled beside
+  row = [Opt("BLOCK", 0, 8), Opt("UPCAST", 1, 0), Opt("UPCAST", 3, 14), Opt("UNROLL", 2, 0), Opt("PACK", 2)]
+  assert not folds_eagerly(lower(Kernel(conv, avx2).apply_opts(row)))
+  got = check(k, opts=opts, seed=6)
+  assert np.array_equal(got, check(k, opts=opts[:3], seed=6))  # the same sums, one product a step
 
 
 def test_a_sum_over_columns_reads_its_rows_whole_in_blocks():
