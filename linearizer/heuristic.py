@@ -218,6 +218,16 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
     next((a for a in (8, 4, 2) if acc * a <= ACC_CHAINS and _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, a))), None)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed) else None
 
+def _packs_outweigh(k: Kernel) -> bool:
+  """Are the packed operands' buffers (a conv's weights) larger than the reduce's other operands' (its input)? Threads
+  then split an axis the packed copies vary along (the output channels' blocks), each thread packing its share of them,
+  not the pixels, which made each pack all of them while it read half the input. 2 threads, busy Zen 3, process CPU
+  time: 3x3 256 14x14 (2.4 MB of weights, 0.2 MB of input) 1.06x; but 1x1 256->512 stride 2 (0.5 MB, 3.2 MB) 0.91x."""
+  mems = [j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg) and a in _reduce_loads(k)]
+  sizes = k.ast.buffer_sizes()
+  def size(js: list[int]) -> int: return sum(sizes[k.leaves[j].buf] * k.leaves[j].dtype.itemsize for j in js)
+  return size([j for j in mems if j in k.packed]) > size([j for j in mems if j not in k.packed])
+
 def _spread_lanes(k: Kernel, axis: int) -> bool:
   """Do the lanes of a vector along output axis `axis`, each stored alone after the reduce (a conv's output channels),
   fall in different L1 sets: is the output's stride along it no multiple of L1_WAY_BYTES? Where it is (a conv's 64x64
@@ -457,13 +467,13 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   # with 4x2 pixels ran 0.35x: sops_589, 1 thread, busy Zen 4)
   elif not gpu and widths and (vec is None or not _clean_vector(k, vec, operands=True)) and \
       _packed_vector(k, widest, beat=_vector_tile(k, vec, widest, loads, tile) if vec is not None and _clean_vector(k, vec) else 0):
-    return _threads(k, work, transcendentals, start)
+    return _threads(k, work, transcendentals, start, split_packs=_packs_outweigh(k))
   # where no output axis is a vector at all, half-width vectors when a whole vector's packed weights are over the budget
   # (3x3 convs of 512 channels at 7x7, 18 KB a channel: 18.6 -> 2.9 ms, 1 thread, busy Zen 4); not where some vector
   # is (masked conv rows: sops_2460 0.39x), nor where the channels are no multiple of the full width (47 of 130 corpus
   # kernels slower)
   elif not gpu and widths and vec is None and _packed_vector(k, widest, narrow=True):
-    return _threads(k, work, transcendentals, start)
+    return _threads(k, work, transcendentals, start, split_packs=_packs_outweigh(k))
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   elif k.reduceop is not None and not gpu and widths and not vector_reduce and (row := _streamed_row(k, widths)) is not None:
     upcasted.add(row)
@@ -513,10 +523,17 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   if gpu and not k.dont_use_locals: _locals(k)
   return _threads(k, work, transcendentals, start)
 
-def _threads(k: Kernel, work: int, transcendentals: int, start: int) -> list[Opt]:
+def _threads(k: Kernel, work: int, transcendentals: int, start: int, split_packs: bool = False) -> list[Opt]:
   """CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them, or where none
-  splits (7 rows of a 7x7 image), the outermost block of one (a conv's channel blocks); the opts applied since `start`."""
+  splits (7 rows of a 7x7 image), the outermost block of one (a conv's channel blocks); with `split_packs`, that block
+  first where the global axis is one a packed copy does not vary along (each thread would pack all of it: a conv's rows;
+  not a batch); the opts applied since `start`."""
   if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= 1 << 22:
-    for axis in [*range(k.block_dims, k.first_reduce), *range(k.block_dims)]:
+    def splits(a: int) -> bool: return not isinstance(k.full_shape[a], Node) and _try(k.copy(), Opt(OptOp.THREAD, a, k.options.threads))
+    axes = [*range(k.block_dims, k.first_reduce), *range(k.block_dims)]
+    first = next((a for a in axes if splits(a)), None)
+    if split_packs and first is not None and first >= k.block_dims and not all(first in k.varies(j) for j in k.packed):
+      axes = [*range(k.block_dims), *axes]
+    for axis in axes:
       if not isinstance(k.full_shape[axis], Node) and _try(k, Opt(OptOp.THREAD, axis, k.options.threads)): break
   return k.applied_opts[start:]

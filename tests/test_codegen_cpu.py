@@ -357,6 +357,18 @@ def test_an_avx2_strided_1x1_or_7x7_conv_takes_two_vectors_of_channels_beside_a_
     assert tile(k, (4, 8, 16))[1] == [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UPCAST", 1, 2)]
     check(k, opts=avx2)
 
+def test_threads_split_a_convs_channel_blocks_where_its_weights_outweigh_its_input():
+  # each thread packs the weights of the blocks it takes: split over the pixels, each packed all of them (3x3 256 14x14,
+  # 2.4 MB of weights against 0.2 MB of input: 1.06x over the channel blocks at 2 threads, busy Zen 3); where the input
+  # is the larger (1x1 128->64 stride 2 at 56x56 here; 1x1 256->512 stride 2: 0.91x over the blocks) the pixels still
+  options = replace(cpu.options(), has_threads=True, threads=2)
+  for k, blocks in ((conv2d(1, 64, 14, 14, 64, 3, 3, padding=1), True), (conv2d(1, 128, 56, 56, 64, 1, 1, stride=2), False)):
+    kern = Kernel(k, options)
+    opts = hand_coded_optimizations(kern)
+    thread = [o for o in opts if o.op == "THREAD"]
+    assert len(thread) == 1 and (thread[0].axis < kern.block_dims) == blocks, opts
+    check(k, opts=opts)
+
 def test_a_load_after_the_reduce_neither_is_packed_nor_keeps_the_pixels_out_of_the_tile():
   # a 1x1 conv at 7x7 plus a residual (ResNet's last stage): the residual varies along the pixels, but it is read once an
   # output, after the reduce: the pixels still tile beside the packed weights (it kept them out: one pixel a step, 3.9 ms
