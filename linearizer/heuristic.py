@@ -175,8 +175,8 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # AVX2, two vectors of a strided conv: a row takes the largest part of it within the budget, a window row of WINDOW
   # (the stem's 7x7) 7 pixels, as on AVX-512, over the registers' budget (14 accumulators, 2 weight vectors: the input's
   # broadcasts fold into the FMAs). Against one vector's 2-D tile, interleaved, busy Zen 3, 1 and 2 threads: 1x1 256->512
-  # stride 2 2x4 1.01-1.17x, 64->128 1.00-1.06x; 7x7 3->64 stride 2 (sops_7858) 2x7 1.01-2.20x; 3x3 128 stride 2 2x4
-  # (thread CPU time) 1.17x; but 3x3 stride 2 2x7 0.75-1.21x (128 and 64 channels, the 3-channel stem)
+  # stride 2 2x4 1.01-1.17x, 64->128 1.00-1.06x; 7x7 3->64 stride 2 (sops_7858) 2x7 1.01-2.20x; but 3x3 stride 2 2x7
+  # 0.75-1.21x (128 and 64 channels, the 3-channel stem) and 2x4 (below)
   strided = vecs > 1 and not wide and _strided_conv(t, pixels, packed)
   window_row = t.full_shape[last] if t.is_reduce_axis(last) else 0
   short_row = isinstance(window_row, int) and 1 < window_row <= WINDOW
@@ -196,10 +196,11 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   whole = window and vecs == 1 and not wide and smax(t.full_shape[row[0]]) <= AVX2_REGISTERS - 2 and \
     (_tile_part(t, pixels, 0, budget) or 0) < ACC_CHAINS // 2
   # two vectors only beside a whole row of 7 pixels (or a padded one, or on AVX2 a strided 1x1's part of a row of at
-  # least ACC_CHAINS accumulators, or where their lanes' stores spread, a strided conv's or a window row's): with fewer,
-  # or none, they measured 0.2-0.7x (sops_7440, sops_4609)
+  # least ACC_CHAINS accumulators, or where their lanes' stores spread, a window row's): with fewer, or none, they
+  # measured 0.2-0.7x (sops_7440, sops_4609). A strided 3x3's 2x4, 1.12-1.28x its one vector's 4 x 2 at CODEGEN_VERSION
+  # 18, ran 0.99x (1 thread) and 0.93x (2) at 19, whose reduce order sped that tile up: kept on one vector
   part = _tile_part(t, row, 0, budget) if row else None
-  avx2_part = (strided and not short_row or spread and (strided or window)) and part is not None and part * vecs >= ACC_CHAINS
+  avx2_part = (strided and not short_row or spread and window) and part is not None and part * vecs >= ACC_CHAINS
   if vecs > 1 and not padded and not avx2_part and part != budget: return None
   # (AVX2, one vector beside a window row: its part within the whole budget, 8 of 32 or 64, not the half left for a next
   # pixel axis its tile does not take: 1.04-1.13x, busy Zen 3, thread CPU time; sops_566, sops_581, 640 channels 32x32)
