@@ -102,6 +102,11 @@ def _reduce_loads(k: Kernel) -> set:
   """The MemArgs the reduce reads (its operands), not those of the epilogue after it."""
   return {n.arg for n in k.reduceop.toposort() if n.op == "LOAD"} if k.reduceop is not None else set()
 
+def _reduce_operands(k: Kernel) -> list[int]:
+  """The leaf indices of the buffers the reduce loads (its operands), the output's excluded."""
+  loads = _reduce_loads(k)
+  return [j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg) and a in loads]
+
 def _clean_vector(k: Kernel, axis: int, operands: bool = False) -> bool:
   """Does a LOAD (with `operands`, one of the reduce's) read output axis `axis` as consecutive elements valid together:
   a vector load, not lanes gathered or masked (a padded conv's rows are masked at the image's edges, a strided conv's
@@ -224,7 +229,7 @@ def _packs_outweigh(k: Kernel) -> bool:
   then split an axis the packed copies vary along (the output channels' blocks), each thread packing its share of them,
   not the pixels, which made each pack all of them while it read half the input. 2 threads, busy Zen 3, process CPU
   time: 3x3 256 14x14 (2.4 MB of weights, 0.2 MB of input) 1.06x; but 1x1 256->512 stride 2 (0.5 MB, 3.2 MB) 0.91x."""
-  mems = [j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg) and a in _reduce_loads(k)]
+  mems = _reduce_operands(k)
   sizes = k.ast.buffer_sizes()
   def size(js: list[int]) -> int: return sum(sizes[k.leaves[j].buf] * k.leaves[j].dtype.itemsize for j in js)
   return size([j for j in mems if j in k.packed]) > size([j for j in mems if j not in k.packed])
@@ -345,7 +350,7 @@ def _matmul_operands(k: Kernel, vec: int) -> tuple[int, int, int] | None:
   """A matmul's (A, B, rows): the reduce's two loaded operands (leaf indices), B varying along the output's vector axis
   `vec` and A not, and the first output axis outside the upcasts that A varies along and B does not (A's rows); None
   where the reduce is no such product."""
-  mems = [j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg) and a in _reduce_loads(k)]
+  mems = _reduce_operands(k)
   if len(mems) != 2: return None
   b, a = sorted(mems, key=lambda j: vec not in k.varies(j))
   if vec not in k.varies(b) or vec in k.varies(a): return None
@@ -530,11 +535,10 @@ def _threads(k: Kernel, work: int, transcendentals: int, start: int, split_packs
   first where the global axis is one a packed copy does not vary along (each thread would pack all of it: a conv's rows;
   not a batch); the opts applied since `start`."""
   if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= 1 << 22:
-    def splits(a: int) -> bool: return not isinstance(k.full_shape[a], Node) and _try(k.copy(), Opt(OptOp.THREAD, a, k.options.threads))
+    def split(t: Kernel, a: int) -> bool: return not isinstance(t.full_shape[a], Node) and _try(t, Opt(OptOp.THREAD, a, t.options.threads))
     axes = [*range(k.block_dims, k.first_reduce), *range(k.block_dims)]
-    first = next((a for a in axes if splits(a)), None)
-    if split_packs and first is not None and first >= k.block_dims and not all(first in k.varies(j) for j in k.packed):
+    if split_packs and (first := next((a for a in axes if split(k.copy(), a)), None)) is not None and first >= k.block_dims and \
+        not all(first in k.varies(j) for j in k.packed):
       axes = [*range(k.block_dims), *axes]
-    for axis in axes:
-      if not isinstance(k.full_shape[axis], Node) and _try(k, Opt(OptOp.THREAD, axis, k.options.threads)): break
+    next((a for a in axes if split(k, a)), None)
   return k.applied_opts[start:]
