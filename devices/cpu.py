@@ -223,8 +223,17 @@ def fingerprint(flags: tuple[str, ...] = DEFAULT_FLAGS) -> dict:
           "threads": _threads(), "codegen": CODEGEN_VERSION, "stream_store_bytes": stream_store_bytes(),
           "options": options().to_json()}
 
+def _lanes_cap() -> Optional[int]:
+  """TUNESVC_CPU_LANES (4, 8 or 16): the widest float vector the linearizer may use, below what the host has -- an
+  AVX-512 host then schedules, lowers and checks kernels as an AVX2 one would (the fuzzer's way to cover the AVX2 paths
+  here); its fingerprint names the narrower options, so its tuned results never mix with the host's own."""
+  if not (v := os.environ.get("TUNESVC_CPU_LANES")): return None
+  if v not in ("4", "8", "16"): raise ValueError(f"TUNESVC_CPU_LANES={v!r}: the widest float vector is 4, 8 or 16 lanes")
+  return int(v)
+
 def options() -> LinearizerOptions:
   isa = _cpuinfo()[1]
-  widths = (4, 8, 16) if "avx512f" in isa else (4, 8) if "avx" in isa else (4,)
+  widths: tuple[int, ...] = (4, 8, 16) if "avx512f" in isa else (4, 8) if "avx" in isa else (4,)
+  if (cap := _lanes_cap()) is not None: widths = tuple(w for w in widths if w <= cap)
   return LinearizerOptions("CPU", has_local=False, has_shared=False, has_threads=True, supports_float4=True,
                            float_vector_widths=widths, threads=_threads())

@@ -5,8 +5,11 @@ bench/search_prior.py), and one trained from every measurement in a service's st
 workers fetch from the API and hand to tune() in place of the shipped one.
 
 A prior records what its rows were measured and featurised under: the family, the feature names (search/features.py's
-schedule features), CODEGEN_VERSION and ACTION_SPACE_VERSION. Rows of other generated code timed other code, rows of other features mean
-other things: such a prior is refused, with a log line saying why (refusal)."""
+schedule features), CODEGEN_VERSION and ACTION_SPACE_VERSION. Rows of other features mean other things, of another action
+space other children: such a prior is refused, with a log line saying why (refusal). Rows of an older CODEGEN_VERSION timed
+code that has since changed, mostly in a few kernels' fast paths: such a prior still ranks (logged, and one of today's
+version is preferred), because it only decides which children are measured first -- every winner is measured and
+verified -- and refusing it made every codegen change send the first round back to measuring every child."""
 from __future__ import annotations
 import functools, gzip, json, logging
 from dataclasses import dataclass, field
@@ -47,10 +50,13 @@ class Prior:
     """Why this prior may not rank a search on a device of options o; None where it may."""
     if self.family != family(o): return f"it is of the {self.family} family, the device is {family(o)}"
     if self.names != SCHEDULE_NAMES: return "its features were computed under other names (search/features.py changed since)"
-    if self.codegen_version != CODEGEN_VERSION: return f"it timed code of CODEGEN_VERSION {self.codegen_version}, this is {CODEGEN_VERSION}"
     if self.action_space_version != ACTION_SPACE_VERSION:
       return f"it was searched at ACTION_SPACE_VERSION {self.action_space_version}, this is {ACTION_SPACE_VERSION}"
     return None
+
+  def stale(self) -> Optional[str]:
+    """How its times are out of date (None where they are of today's generated code): it still ranks."""
+    return None if self.codegen_version == CODEGEN_VERSION else f"it timed code of CODEGEN_VERSION {self.codegen_version}, this is {CODEGEN_VERSION}"
 
   def to_json(self) -> dict:
     return {"family": self.family, "names": list(self.names), "codegen_version": self.codegen_version,
@@ -95,13 +101,13 @@ def shipped(o: LinearizerOptions) -> Optional[Prior]:
 
 
 @functools.cache
-def _refused(why: str) -> None: log.warning(why)  # once a process: a worker would say it every search
+def _warn_once(why: str) -> None: log.warning(why)  # once a process: a worker would say it every search
 
 
 def usable(prior: Prior, o: LinearizerOptions) -> bool:
   """Whether the prior may rank a search on a device of options o; where it may not, logged once (why)."""
   if (why := prior.refusal(o) or (f"{len(prior.rows)} rows, under {MIN_TRAIN}" if len(prior.rows) < MIN_TRAIN else None)) is None: return True
-  _refused(f"the {prior.meta.get('source', 'shipped')} cost-model prior of {prior.family} is not used: {why}")
+  _warn_once(f"the {prior.meta.get('source', 'shipped')} cost-model prior of {prior.family} is not used: {why}")
   return False
 
 
@@ -111,7 +117,10 @@ def _fitted(prior: Prior) -> CostModel: return CostModel().fit(*zip(*prior.data(
 
 def model(o: LinearizerOptions, alike: Sequence[tuple[list[float], float]] = (), given: Optional[Prior] = None) -> Optional[CostModel]:
   """The cost model fitted on a prior of o's family -- `given` (a service's, trained from its store), else (or where it is
-  refused) the shipped one -- (once a process: ~0.3 s) and on `alike` (what the searches of kernels alike measured,
-  search/similar.py: fitted again for each search); None where neither is there and usable."""
-  if (prior := next((p for p in (given, shipped(o)) if p is not None and usable(p, o)), None)) is None: return None
+  refused) the shipped one; of those, one of today's CODEGEN_VERSION first, else a stale one (logged) -- (once a process:
+  ~0.3 s) and on `alike` (what the searches of kernels alike measured, search/similar.py: fitted again for each search);
+  None where neither is there and usable."""
+  if not (priors := sorted((p for p in (given, shipped(o)) if p is not None and usable(p, o)), key=lambda p: p.stale() is not None)): return None
+  if (why := (prior := priors[0]).stale()) is not None:
+    _warn_once(f"the {prior.meta.get('source', 'shipped')} cost-model prior of {prior.family} ranks though {why}")
   return CostModel().fit(*zip(*[*prior.data(), *alike])) if alike else _fitted(prior)

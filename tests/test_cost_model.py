@@ -182,16 +182,15 @@ def _prior(o, **changed) -> prior.Prior:
   return dataclasses.replace(prior.Prior(prior.family(o), SCHEDULE_NAMES, CODEGEN_VERSION, ACTION_SPACE_VERSION, rows), **changed)
 
 
-def test_a_prior_ranks_only_where_its_family_features_codegen_and_action_space_are_todays(tmp_path, monkeypatch, caplog):
+def test_a_prior_ranks_only_where_its_family_features_and_action_space_are_todays_and_prefers_todays_codegen(tmp_path, monkeypatch, caplog):
   monkeypatch.setattr(prior, "PRIORS", tmp_path)
-  prior._refused.cache_clear()  # said once a process: a stale shipped prior refused earlier in it says the same line
+  prior._warn_once.cache_clear()  # said once a process: a stale shipped prior met earlier in it says the same line
   o = cpu.options()
   assert prior.family(o) == f"cpu-w{max(o.float_vector_widths)}" and prior.shipped(o) is None and prior.model(o) is None
   p = prior.read(prior.write(_prior(o)))  # the shipped file's form, read back
   assert prior.shipped(o).rows == p.rows and prior.model(o) is prior.model(o)  # fitted once a process
   assert prior.model(o, p.data()[:3]) is not prior.model(o)  # with a warm start's data: fitted for the search
-  refused = {"codegen_version": (CODEGEN_VERSION - 1, f"CODEGEN_VERSION {CODEGEN_VERSION - 1}, this is {CODEGEN_VERSION}"),
-             "action_space_version": (ACTION_SPACE_VERSION + 1, f"ACTION_SPACE_VERSION {ACTION_SPACE_VERSION + 1}"),
+  refused = {"action_space_version": (ACTION_SPACE_VERSION + 1, f"ACTION_SPACE_VERSION {ACTION_SPACE_VERSION + 1}"),
              "names": (SCHEDULE_NAMES[:-1], "other names"), "family": ("cpu-w1", "the cpu-w1 family"), "rows": (p.rows[:MIN_TRAIN - 1], "rows")}
   for field, (value, why) in refused.items():
     caplog.clear()
@@ -201,8 +200,20 @@ def test_a_prior_ranks_only_where_its_family_features_codegen_and_action_space_a
     assert [r.getMessage() for r in caplog.records if why in r.getMessage()] and len(caplog.records) == 1, (field, caplog.text)
   given = _prior(o, meta={"source": "trained"})
   assert prior.model(o, given=given) is prior.model(o, given=given) is not prior.model(o)  # a service's prior in place of the shipped one
+  stale = _prior(o, codegen_version=CODEGEN_VERSION - 1, meta={"source": "trained"})
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, "tunesvc.search"):
+    assert prior.usable(stale, o) and prior.model(o, given=stale) is prior.model(o)  # today's shipped one before a stale service's
+    assert not caplog.records, caplog.text
   prior.write(_prior(o, codegen_version=CODEGEN_VERSION - 1))
-  assert prior.model(o) is None and prior.model(o, given=_prior(o, names=SCHEDULE_NAMES[:-1])) is None  # neither usable
+  with caplog.at_level(logging.WARNING, "tunesvc.search"):
+    assert prior.model(o, given=given) is prior.model(o, given=given) and not caplog.records  # today's service's before a stale shipped one
+    assert (m := prior.model(o)) is not None and m is prior.model(o)  # a stale one alone ranks, fitted once
+  assert [r.getMessage() for r in caplog.records] == [f"the shipped cost-model prior of {prior.family(o)} ranks though it timed code of "
+                                                      f"CODEGEN_VERSION {CODEGEN_VERSION - 1}, this is {CODEGEN_VERSION}"]
+  assert prior.model(o, given=_prior(o, names=SCHEDULE_NAMES[:-1])) is not None
+  prior.write(_prior(o, names=SCHEDULE_NAMES[:-1]))
+  assert prior.model(o) is None and prior.model(o, given=_prior(o, family="cpu-w1")) is None  # neither usable
 
 
 def test_training_data_leaves_out_what_was_timed_on_a_busy_machine_and_what_failed():

@@ -110,6 +110,16 @@ def test_options():
   gpu = LinearizerOptions("CUDA", global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 64), shared_max=49152)
   assert LinearizerOptions.from_json(gpu.to_json()) == gpu and gpu.to_json()["local_max"] == [1024, 1024, 64]
 
+def test_a_lanes_cap_schedules_as_a_narrower_host_under_its_own_fingerprint(monkeypatch):
+  host, fp = cpu.options().float_vector_widths, cpu.fingerprint_hash(cpu.fingerprint())
+  monkeypatch.setenv("TUNESVC_CPU_LANES", "4")
+  assert cpu.options().float_vector_widths == (4,) and cpu.fingerprint()["options"] == cpu.options().to_json()
+  assert (cpu.fingerprint_hash(cpu.fingerprint()) == fp) == (host == (4,))
+  monkeypatch.setenv("TUNESVC_CPU_LANES", "16")
+  assert cpu.options().float_vector_widths == host  # a cap above the host's lanes adds none
+  monkeypatch.setenv("TUNESVC_CPU_LANES", "6")
+  with pytest.raises(ValueError, match="TUNESVC_CPU_LANES='6': the widest float vector is 4, 8 or 16 lanes"): cpu.options()
+
 def test_registry():
   assert registry.available()[0] == "CPU" and registry.get("CPU") is cpu
   with pytest.raises(ValueError, match="CPU"): registry.get("CUDA")
