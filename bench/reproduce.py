@@ -97,6 +97,12 @@ RUNS = (
     Claim("layernorm hand-coded vs torch.compile, 2 threads", 1.58, 0.25, cvt("layernorm_4096x1024", "compile")),
     Claim("GELU hand-coded vs torch.compile, 2 threads", 4.24, 0.25, cvt("gelu_2048x3072", "compile")),
     Claim("SiLU hand-coded vs torch.compile, 2 threads", 1.39, 0.25, cvt("silu_2048x3072", "compile")))),
+  # session 18's entry on this family, QUIET: tol is the noise the entry's pair had (their spreads combined, as judge())
+  Run("convs-2t", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, AMD EPYC Zen 4", (
+    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
+    "--quiet-wait", "20", "--retries", "1"), 2, False, tuple(
+    Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
+      (1.22, 0.12), (1.34, 0.15), (1.47, 0.15), (0.90, 0.13), (1.20, 0.25), (1.08, 0.10), (0.93, 0.10), (1.02, 0.25))))),
   # this AVX2 host's entry (session 16), QUIET: tol is the noise the entry's pair had (their spreads combined, as judge())
   Run("openblas-2t-avx2", AVX2, (*MATMULS, "--threads", "2"), 2, False, (
     Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 0.69, 0.24, cvt("matmul_1024", "numpy")),
