@@ -22,8 +22,8 @@ class Lang:
   """What differs between the C-style languages."""
   prelude: str
   kernel: str = ""                                   # before the kernel's `void`
-  # before `kernel` where a scalar LOAD has a validity (padding, masks: `valid ? x : 0`): C turns gcc's loop if-conversion
-  # off, whose masked loads gcc 12's loop vectorizer permutes wrongly (docs/compiler-bugs/gcc12-masked-load-permutation.md)
+  # before `kernel` where a scalar LOAD or value has a validity (padding, masks: `valid ? x : 0`): C turns gcc's loop
+  # if-conversion off, whose code gcc 12's loop vectorizer gets wrong (docs/compiler-bugs/gcc12-masked-*.md)
   gcc_optimize: str = ""  # a function attribute of gcc's optimize options, where the kernel needs some ({}: them, quoted)
   symbol: str = "{}"                                 # the kernel's symbol for its name: OpenCL reserves `kernel`
   buffer: str = ""                                   # address space of a kernel argument's buffer
@@ -477,12 +477,13 @@ def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None)
     fn, decl, _ = lang.tensor_core(tc)
     fns, decls = fns + fn, decls + (f"  {decl.format(warps=math.prod(prog.local) // tc.threads)}\n" if decl else "")
   # gcc 12.2's loop vectorizer miscompiles (docs/compiler-bugs/): a scalar conditional load's loop if-converted into
-  # masked loads (a loop with our vector types in it, lanes loaded one by one included, is not loop-vectorized), and a
+  # masked loads (a loop with our vector types in it, lanes loaded one by one included, is not loop-vectorized), a scalar
+  # validity's select reduced in a loop if-converted (AVX-512: a padded window's masked constant, corpus sops_8430), and a
   # PACK's copy loop (a strided gather into the stack; a PACK's copy is the only local memory a C kernel has) vectorized,
   # corpus sops_7348
-  cond_loads = any(u.op is UOps.LOAD and u.vec == 1 and u.arg[2] not in (0, 1) for u in prog.uops)
+  conditional = any(u.vec == 1 and (u.op is UOps.VALID or (u.op is UOps.LOAD and u.arg[2] not in (0, 1))) for u in prog.uops)
   packs = any(u.op is UOps.DEFINE_LOCAL for u in prog.uops)
-  gcc_opts = ['"no-tree-loop-if-convert"'] * cond_loads + ['"no-tree-loop-vectorize"'] * packs
+  gcc_opts = ['"no-tree-loop-if-convert"'] * conditional + ['"no-tree-loop-vectorize"'] * packs
   attr = lang.gcc_optimize.format(", ".join(gcc_opts)) if gcc_opts and lang.gcc_optimize else ""
   # a non-temporal store needs its vector's alignment, which the buffer's start has or not: the caller's (devices/cpu.alloc's
   # are 64-byte aligned, a numpy array's 16 in general)

@@ -913,9 +913,9 @@ def test_a_packed_copy_through_a_guarded_load_is_not_miscompiled(corpus):
   k, opts = corpus_kernel(corpus, "sops_8384"), [Opt("PACK", 1), Opt("PADTO", 0, 4), Opt("PADTO", 1, 3)]
   for seed in range(3): check(k, opts=opts, seed=seed)
   assert "no-tree-loop-if-convert" in compile_kernel(k, "CPU", opts)[0]
-  # only there: not without a guarded load (the hand-coded matmul's packed copy has none; a PACK is compiled without loop
-  # vectorization, test_a_blocked_matvec_with_its_weights_packed_runs_right), nor without a PACK either
-  assert "no-tree-loop-if-convert" not in compile_kernel(k, "CPU", [Opt("PACK", 1)])[0]
+  # only there: not without a guarded load or a masked value (the hand-coded matmul's packed copy has neither; a PACK is
+  # compiled without loop vectorization, test_a_blocked_matvec_with_its_weights_packed_runs_right), nor without a PACK
+  # either (sops_8384 itself has a masked constant, `i == j ? 1 : 0`: with or without a PACK it is compiled so)
   big = matmul(512, 512, 512)
   assert "no-tree-loop-if-convert" not in compile_kernel(big, "CPU", hand_coded_optimizations(Kernel(big, cpu.options())))[0]
   assert "optimize(" not in compile_kernel(big, "CPU", [Opt("UPCAST", 1, 16)])[0]
@@ -926,10 +926,23 @@ def test_a_padded_reduce_upcast_into_scalar_accumulators_is_not_miscompiled():
   # last to first and dropped the loads' permutation {15,...,0}: 105 of 112 outputs wrong
   check(reduce("SUM", (7, 7, 16), (1,), DTYPES["int64"]), opts=[Opt("UPCAST", 1, 16), Opt("PADTO", 2, 8)], seed=2)
 
-def test_the_gcc_workaround_holds_on_the_reduced_reproducer(tmp_path):
-  # the reduced C of the two tests above, with the attribute the renderer adds, under the CPU device's compiler and
-  # flags (without it gcc 12.2 gets both wrong on x86 with AVX2: the file says how to see that)
-  src = Path(__file__).parents[1] / f"{GCC12_BUG}.c"
+GCC12_SELECT_BUG = "docs/compiler-bugs/gcc12-masked-select-reduction"
+
+def test_a_padded_windows_masked_constant_summed_is_not_miscompiled(corpus):
+  # found by the fuzzer (TUNESVC_CPU_LANES=8, on AVX-512): how many of a 3x3 window's positions lie inside a padded
+  # input, a SUM of `valid ? 1 : 0` with no load; its 3 columns padded to 4. gcc 12.2 -O3 with AVX-512 and -fwrapv
+  # gave the corner outputs 6 for 4 (GCC12_SELECT_BUG); a scalar validity's select is compiled without loop if-conversion
+  k = corpus_kernel(corpus, "sops_8430")
+  for opts in ([Opt("PADTO", 4, 2)], [Opt("UPCAST", 0, 4), Opt("PADTO", 4, 2), Opt("THREAD", 0, 0)]):
+    check(k, opts=opts, seed=1)
+    assert "no-tree-loop-if-convert" in compile_kernel(k, "CPU", opts)[0]
+  assert "optimize(" not in compile_kernel(matmul(64, 64, 64), "CPU", [])[0]  # no validity, no attribute
+
+@pytest.mark.parametrize("bug", [GCC12_BUG, GCC12_SELECT_BUG])
+def test_the_gcc_workaround_holds_on_the_reduced_reproducer(tmp_path, bug):
+  # the reduced C of the tests above, with the attribute the renderer adds, under the CPU device's compiler and
+  # flags (without it gcc 12.2 gets them wrong on x86: AVX2 or AVX-512, each file says how to see that)
+  src = Path(__file__).parents[1] / f"{bug}.c"
   exe = tmp_path / "repro"
   flags = [f for f in cpu.DEFAULT_FLAGS if f not in ("-shared", "-fPIC")]
   subprocess.run([cpu._cc(), *flags, "-DWORKAROUND", str(src), "-o", str(exe)], check=True)
