@@ -33,7 +33,8 @@ def pytest_collection_modifyitems(items):
 QUIET_CORES, SETTLE_S = 0.2, 60.0
 
 def pytest_collection_finish(session):
-  if os.environ.get("PYTEST_XDIST_WORKER") or not any(item.get_closest_marker("timing") for item in session.items): return
+  if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.collectonly: return  # nothing is timed: no wait (--collect-only waited 60 s busy)
+  if not any(item.get_closest_marker("timing") for item in session.items): return
   from search.load import wait_quiet
   waited, cores = wait_quiet(QUIET_CORES, SETTLE_S)
   settled = "settled" if cores < QUIET_CORES else f"NOT settled (under {QUIET_CORES:g} wanted)"
