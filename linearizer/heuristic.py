@@ -187,7 +187,15 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   short_row = isinstance(window_row, int) and 1 < window_row <= WINDOW
   if strided and window_row == WINDOW: budget = PIXEL_TILE_512 // vecs
   padded = _padded_pixels(t, pixels, budget)
-  window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and short_row and _shared_window(t, pixels[0], last)
+  # AVX-512, a strided conv's short window row (its input not shared along the row of pixels) where the row's part fills
+  # its half of the budget (7 of 14): that row of pixels with the window's row unrolled, as a stride-1 window's, not a
+  # 2-D tile of pixels. 1 thread, busy Zen 4, CODEGEN 20, interleaved, against the 7 x 2 tile: 3x3 stride 2, 128
+  # channels 56x56 1.29-1.43x (7 x 2 with the window row unrolled 1.01x, 4 x 2 1.22x), 256 at 28x28 1.20x, 512 at 14x14
+  # (half-width vectors) 1.13x; two vectors (64 at 56x56, the 7x7 stem) 0.98-1.01x, and a row's part of 4 or 2 pixels
+  # 0.81-1.06x (sops_5748, sops_2471, sops_2472, sops_2397: too few accumulators): not taken
+  strided_row = wide and short_row and bool(pixels) and _tile_part(t, pixels, 0, budget) == budget // 2 and _strided_conv(t, pixels, packed)
+  window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and short_row and \
+    (strided_row or _shared_window(t, pixels[0], last))
   # AVX2, two vectors beside a stride-1 window row (its inputs shared, the window's row unrolled): a part of the row of up
   # to 7 pixels, as the stem's (3x3 64 56x56, thread CPU time, interleaved, busy Zen 3, 1 thread: against one vector's 4
   # pixels, 2x7 1.35x, 2x4 1.31x; one vector's 8 pixels 1.25x), where their lanes' stores spread over L1's sets

@@ -317,7 +317,8 @@ def test_an_avx2_3x3_conv_takes_two_vectors_of_channels_beside_a_window_rows_par
   # pixels, its window row unrolled (3x3 64 56x56, busy Zen 3, 1 thread: 1.35x one vector's 4 pixels); not a stride-2
   # row's part (3x3 128 stride 2, 2x4: 0.93-0.99x one vector's 4 x 2 at CODEGEN_VERSION 19). Not where the output's
   # channel planes are a multiple of 4 KB apart (64x64: 16 KB), which puts the 16 lanes stored one by one in one L1 set
-  # of 8 ways (3x3 4->320 64x64: 0.91x; 68x68: 1.13x): one vector's tile there (the next test). AVX-512's choices unchanged
+  # of 8 ways (3x3 4->320 64x64: 0.91x; 68x68: 1.13x): one vector's tile there (the next test). AVX-512 unrolls a strided
+  # window row beside a row of 7 pixels (test_an_avx512_strided_window_row_is_unrolled_beside_a_row_of_7_pixels_not_a_2d_tile)
   def tile(k, widths):
     opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
     return opts, [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")]
@@ -325,13 +326,28 @@ def test_an_avx2_3x3_conv_takes_two_vectors_of_channels_beside_a_window_rows_par
   for k, avx2_tile, avx512_tile in (
       (conv2d(1, 8, 56, 56, 16, 3, 3, padding=1), [*two, ("UPCAST", 2, 7), ("UNROLL", 2, 0)], [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]),
       (conv2d(1, 8, 56, 56, 16, 3, 3, stride=2, padding=1), [("UPCAST", 1, 0), ("UPCAST", 3, 4), ("UPCAST", 2, 2)],
-       [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UPCAST", 1, 2)]),
+       [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]),
       (conv2d(1, 8, 64, 64, 16, 3, 3, padding=1), [("UPCAST", 1, 0), ("UPCAST", 3, 8), ("UNROLL", 2, 0)],
        [("UPCAST", 0, 0), ("UPCAST", 2, 4), ("UNROLL", 2, 0)])):
     avx2, applied = tile(k, (4, 8))
     assert applied == avx2_tile and ("PACK", 2, None) in [(o.op, o.axis, o.amt) for o in avx2], avx2
     assert tile(k, (4, 8, 16))[1] == avx512_tile
     check(k, opts=avx2)
+
+def test_an_avx512_strided_window_row_is_unrolled_beside_a_row_of_7_pixels_not_a_2d_tile():
+  # one vector of channels beside a stride-2 3x3's rows: where the row's part fills its half of the budget (7 of 14), that
+  # row with the window's row unrolled, as a stride-1 window's (3x3 128 channels 56x56 stride 2, 1 thread, busy Zen 4:
+  # 1.29-1.43x the 7 x 2 tile); a row's part of 4 (a 32-wide output) keeps its 2-D tile (0.86x so: sops_5748); AVX2's
+  # choice unchanged (a 2-D tile)
+  def tile(k, widths):
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
+    return opts, [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")]
+  for hw, avx512_tile in ((56, [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]), (64, [("UPCAST", 0, 0), ("UPCAST", 2, 4), ("UPCAST", 1, 2)])):
+    k = conv2d(1, 8, hw, hw, 16, 3, 3, stride=2, padding=1)
+    opts, applied = tile(k, (4, 8, 16))
+    assert applied == avx512_tile and ("PACK", 2, None) in [(o.op, o.axis, o.amt) for o in opts], opts
+    check(k, opts=opts)
+    assert [op for op, _, _ in tile(k, (4, 8))[1]] == ["UPCAST"] * 3
 
 def test_an_avx2_window_row_of_one_vector_takes_a_part_of_the_whole_budget():
   # one vector beside a window row: its tile is the row's part alone (no next pixel axis joins it), within the whole
@@ -348,14 +364,16 @@ def test_an_avx2_window_row_of_one_vector_takes_a_part_of_the_whole_budget():
 def test_an_avx2_strided_1x1_or_7x7_conv_takes_two_vectors_of_channels_beside_a_row_of_pixels():
   # stride 2: neighbouring pixels share no input, and a row of pixels beside two vectors of channels beat one vector's
   # 2-D tile (1x1 256->512 stride 2, busy Zen 3: 1.01-1.17x; a 7x7 stem 1.01-2.20x). AVX2's budget of 6 took one:
-  # a 1x1 takes the largest part of its row within it (4 of 28), a 7x7 the window's 7. AVX-512's choices are unchanged
+  # a 1x1 takes the largest part of its row within it (4 of 28), a 7x7 the window's 7. AVX-512: one vector's 2-D tile, but
+  # beside a strided window row (the 7x7's) a row of 7 pixels with the window's row unrolled (the test below)
   def tile(k, widths):
     opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
     return opts, [(o.op, o.axis, o.amt) for o in opts if o.op == "UPCAST"]
-  for k, pixels in ((conv2d(1, 8, 56, 56, 16, 1, 1, stride=2), 4), (conv2d(1, 3, 28, 28, 16, 7, 7, stride=2, padding=3), 7)):
+  for k, pixels, avx512 in ((conv2d(1, 8, 56, 56, 16, 1, 1, stride=2), 4, [("UPCAST", 1, 2)]),
+                            (conv2d(1, 3, 28, 28, 16, 7, 7, stride=2, padding=3), 7, [])):
     avx2, applied = tile(k, (4, 8))
     assert applied == [("UPCAST", 0, 8), ("UPCAST", 0, 2), ("UPCAST", 2, pixels)], avx2
-    assert tile(k, (4, 8, 16))[1] == [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UPCAST", 1, 2)]
+    assert tile(k, (4, 8, 16))[1] == [("UPCAST", 0, 0), ("UPCAST", 2, 7), *avx512]
     check(k, opts=avx2)
 
 def test_threads_split_a_convs_channel_blocks_where_its_weights_outweigh_its_input():
