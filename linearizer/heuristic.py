@@ -5,7 +5,7 @@ import functools, math
 from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
 from linearizer.shapetracker import ShapeTracker
-from linearizer.lower import ACC_CHAINS, AVX2_REGISTERS
+from linearizer.lower import ACC_CHAINS, AVX2_REGISTERS, L1_WAY_BYTES
 from linearizer.kernel import MAX_UPCAST, PACK_BYTES, Kernel, Opt, OptError, OptOp
 from linearizer.vectors import consecutive, step, vector_widths
 from linearizer.symbolic import Node, Var, sint, smax
@@ -50,7 +50,6 @@ AVX2_TILE, AVX2_TILE_VECTORS = 4, 2
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
-L1_WAY_BYTES = 4096  # one way of a CPU's L1 data cache (32 KB of 8 ways, 48 KB of 12): addresses this far apart share a set
 PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at most 1/16 of its work wasted
 PAD_REDUCE = 64  # ... under a reduce of at least this many elements
 POOL_WINDOW = 16  # the positions of a pooling window (3x3, 2x2) _streamed_row reads at a stride of 2

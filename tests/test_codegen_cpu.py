@@ -858,6 +858,17 @@ def test_mulacc_compiles_to_vector_fma_and_the_loop_stays_vectorised():
   assert not re.search(r"\tv(fmadd\w+|mul|add)ss\t", asm), asm  # and nothing scalar
 
 
+@pytest.mark.parametrize("cin,lines", [(1024, True), (768, False)])
+def test_a_pack_reads_rows_sharing_an_l1_set_in_lines(cin, lines):
+  # a 1x1 conv's weights packed 16 output channels a block: the copy's innermost axis (the channels) reads rows cin floats
+  # apart. 1024 (4 KB) puts all 16 in one L1 set of 8 ways: the input channels are copied in lines of 16, each line's
+  # loop innermost; 768 (3 KB, 4 sets) keeps the copy's own order. Both match the reference.
+  k = conv2d(1, cin, 2, 2, 32, 1, 1)
+  opts = [Opt("BLOCK", 0, 16), Opt("UPCAST", 1, 0), Opt("PACK", 2)]
+  src, _, _ = compile_kernel(k, "CPU", opts)
+  assert bool(re.search(r"for \(long long _p2_\d+i = 0; _p2_\d+i < 16;", src)) == lines, src
+  check(k, opts=opts)
+
 # ---------------------------------------------------------------- corpus schedules the fuzzer found failing
 
 def corpus_kernel(corpus, name): return next(k for k in corpus if k.name == name).rebased()
