@@ -69,7 +69,7 @@ class Run:
   minutes: float   # on a quiet AMD EPYC, 2 cores
   long: bool
   claims: tuple[Claim, ...]
-  family: str = "cpu-w16"  # the hosts its ratios hold for (search/prior.py's family: cpu-w16 AVX-512, cpu-w8 AVX2)
+  host: str = "amd cpu-w16"  # the hosts its ratios hold for: host_kind()'s CPU vendor and vector family
 
 OPENBLAS = "issue 14's matmuls and GPT-2's LM head against OpenBLAS"
 MATMULS = ("bench/cpu_vs_torch.py", "--kernels", "matmul_1024,matmul_2048,matmul_4096,lm_head_gpt2", "--no-torch", "--no-tinygrad",
@@ -108,29 +108,47 @@ RUNS = (
     Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 0.69, 0.24, cvt("matmul_1024", "numpy")),
     Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 0.68, 0.33, cvt("matmul_2048", "numpy")),
     Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.63, 0.19, cvt("matmul_4096", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.71, 0.07, cvt("lm_head_gpt2", "numpy"))), "cpu-w8"),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.71, 0.07, cvt("lm_head_gpt2", "numpy"))), "amd cpu-w8"),
   Run("openblas-1t-avx2", AVX2, (*MATMULS, "--threads", "1"), 3, False, (
     Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 0.71, 0.14, cvt("matmul_1024", "numpy")),
     Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 0.75, 0.22, cvt("matmul_2048", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.62, 0.13, cvt("lm_head_gpt2", "numpy"))), "cpu-w8"),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.62, 0.13, cvt("lm_head_gpt2", "numpy"))), "amd cpu-w8"),
   Run("model-kernels-2t-avx2", AVX2, (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", "softmax_4096x1024,layernorm_4096x1024,gelu_2048x3072,silu_2048x3072",
     "--no-tune", "--no-tinygrad", "--no-tuned", "--quiet-wait", "20", "--retries", "1"), 3, False, (
     Claim("softmax hand-coded vs torch.compile, 2 threads", 1.16, 0.28, cvt("softmax_4096x1024", "compile")),
     Claim("layernorm hand-coded vs torch.compile, 2 threads", 2.22, 0.44, cvt("layernorm_4096x1024", "compile")),
     Claim("GELU hand-coded vs torch.compile, 2 threads", 3.58, 0.15, cvt("gelu_2048x3072", "compile")),
-    Claim("SiLU hand-coded vs torch.compile, 2 threads", 1.89, 0.21, cvt("silu_2048x3072", "compile"))), "cpu-w8"),
+    Claim("SiLU hand-coded vs torch.compile, 2 threads", 1.89, 0.21, cvt("silu_2048x3072", "compile"))), "amd cpu-w8"),
   Run("convs-2t-avx2", AVX2, (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
     "--quiet-wait", "20", "--retries", "1"), 2, False, tuple(
     Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
-      (0.79, 0.27), (1.12, 0.15), (1.05, 0.09), (0.64, 0.20), (0.73, 0.15), (0.90, 0.19), (0.57, 0.52), (1.13, 0.28)))), "cpu-w8"),
+      (0.79, 0.27), (1.12, 0.15), (1.05, 0.09), (0.64, 0.20), (0.73, 0.15), (0.90, 0.19), (0.57, 0.52), (1.13, 0.28)))), "amd cpu-w8"),
+  # session 19's entry on an Intel host, QUIET (its spreads are this host's, idle: another VM shares its cores)
+  Run("model-kernels-2t-intel", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an Intel host", (
+    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", "softmax_4096x1024,layernorm_4096x1024,gelu_2048x3072,silu_2048x3072",
+    "--no-tune", "--no-tinygrad", "--no-tuned", "--quiet-wait", "20", "--retries", "1"), 2, False, (
+    Claim("softmax hand-coded vs torch.compile, 2 threads", 1.12, 0.14, cvt("softmax_4096x1024", "compile")),
+    Claim("layernorm hand-coded vs torch.compile, 2 threads", 1.40, 0.24, cvt("layernorm_4096x1024", "compile")),
+    Claim("GELU hand-coded vs torch.compile, 2 threads", 5.70, 0.29, cvt("gelu_2048x3072", "compile")),
+    Claim("SiLU hand-coded vs torch.compile, 2 threads", 2.04, 0.16, cvt("silu_2048x3072", "compile"))), "intel cpu-w16"),
   # the recorded command less --torch and with 3 rounds, not 7; two runs gave 11.4x and 11.4x, tuning 0.41x and 0.43x
   Run("gpt2-12", "the 12-block GPT-2 decoder (vocabulary 512), all five contenders, twice", (
     "bench/tinygrad_models.py", "--models", "gpt2", "--layers", "12", "--vocab", "512", "--budget-s", "2", "--rounds", "3"), 10, True, (
     Claim("GPT-2 12 blocks (vocab 512): tuned vs BEAM=2, end to end", 11.4, 0.05, models("gpt2", "beam2")),
     Claim("GPT-2 12 blocks (vocab 512): whole-model tuning time over BEAM=2's", 0.42, 0.15, tuning("gpt2")))),
 )
+
+
+def host_kind() -> str:
+  """This host's CPU vendor and search/prior.py's family ("amd cpu-w16"): a ratio recorded on AMD Zen 4 says nothing on an
+  Intel AVX-512 core (two full-width FMA ports, half the per-core stream bandwidth: matmul_4096 vs OpenBLAS 1.03x on one,
+  0.79x on the other at the same code), though both schedule alike."""
+  vendors = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}
+  try: ids = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("vendor_id")]
+  except OSError: ids = []
+  return f"{vendors.get(ids[0], ids[0]) if ids else 'unknown'} {family(cpu.options())}"
 
 
 def headings() -> list[str]: return [line for line in DOCS.read_text().splitlines() if line.startswith("### ")]
@@ -186,13 +204,13 @@ def main() -> int:
   ap.add_argument("--keep", type=Path, help="keep each run's JSON in this folder")
   a = ap.parse_args()
   if unknown := set(a.runs) - {r.name for r in RUNS}: ap.error(f"unknown runs {sorted(unknown)}")
-  host = family(cpu.options())
-  if other := [r.name for r in RUNS if r.name in a.runs and r.family != host]:
+  host = host_kind()
+  if other := [r.name for r in RUNS if r.name in a.runs and r.host != host]:
     ap.error(f"{other} hold for other hosts than this {host} one: their ratios say nothing here")
-  chosen = [r for r in RUNS if r.name in a.runs or (not a.runs and r.family == host and (a.long or not r.long))]
+  chosen = [r for r in RUNS if r.name in a.runs or (not a.runs and r.host == host and (a.long or not r.long))]
   if a.list:
     for r in RUNS:
-      print(f"{r.name} ({r.family} hosts, {'long, ' if r.long else ''}~{r.minutes:g} min): {' '.join(r.argv)}\n  entry: {entry_of(r)}")
+      print(f"{r.name} ({r.host} hosts, {'long, ' if r.long else ''}~{r.minutes:g} min): {' '.join(r.argv)}\n  entry: {entry_of(r)}")
       for c in r.claims: print(f"  - {c.name}: {c.recorded:g} (tolerance {c.tol:.0%})")
     return 0
   if not chosen: ap.error(f"no run's claims were recorded on a {host} host (--list)")
