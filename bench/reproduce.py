@@ -77,6 +77,14 @@ MATMULS = ("bench/cpu_vs_torch.py", "--kernels", "matmul_1024,matmul_2048,matmul
 AVX2 = "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an AVX2 host"
 CONVS = ("r50_conv_3x3_64_56", "r50_conv_1x1_64to256_56", "r50_conv_1x1_256to64_56", "r50_conv_3x3_128_s2_56",
          "r50_conv_1x1_256to512_s2_56", "r50_conv_3x3_256_14", "r50_conv_1x1_2048to512_7", "dwconv_3x3_144_56")
+MODEL_KERNELS = {"softmax": "softmax_4096x1024", "layernorm": "layernorm_4096x1024", "GELU": "gelu_2048x3072", "SiLU": "silu_2048x3072"}
+
+def model_kernels(name: str, entry: str, minutes: float, ratios: tuple[tuple[float, float], ...], host: str) -> Run:
+  """A run of the model kernels at 2 threads against torch.compile: `ratios` (recorded, tol) in MODEL_KERNELS' order."""
+  return Run(name, entry, ("bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(MODEL_KERNELS.values()), "--no-tune",
+                           "--no-tinygrad", "--no-tuned", "--quiet-wait", "20", "--retries", "1"), minutes, False, tuple(
+    Claim(f"{n} hand-coded vs torch.compile, 2 threads", r, tol, cvt(k, "compile")) for (n, k), (r, tol) in zip(MODEL_KERNELS.items(), ratios)), host)
+
 # tol: the entry's margins are 1-12%, two 1-thread runs differed by up to 4% (1.11/1.04/1.02/1.20 vs 1.12/1.04/1.03/1.24)
 RUNS = (
   Run("openblas-2t", OPENBLAS, (*MATMULS, "--threads", "2"), 2, False, (
@@ -90,13 +98,8 @@ RUNS = (
     Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 1.24, 0.05, cvt("lm_head_gpt2", "numpy")))),
   # recorded with nothing else running but the bench's other load at 0.85-1.47 (its torch child's threads, counted as the
   # machine's before d11b66d) and spreads of 11-68% for tunesvc: a wide tolerance until a quiet rerun narrows it
-  Run("model-kernels-2t", "the model and memory-bound kernels at 2 threads", (
-    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", "softmax_4096x1024,layernorm_4096x1024,gelu_2048x3072,silu_2048x3072",
-    "--no-tune", "--no-tinygrad", "--quiet-wait", "20", "--retries", "1"), 3, False, (
-    Claim("softmax hand-coded vs torch.compile, 2 threads", 1.13, 0.25, cvt("softmax_4096x1024", "compile")),
-    Claim("layernorm hand-coded vs torch.compile, 2 threads", 1.58, 0.25, cvt("layernorm_4096x1024", "compile")),
-    Claim("GELU hand-coded vs torch.compile, 2 threads", 4.24, 0.25, cvt("gelu_2048x3072", "compile")),
-    Claim("SiLU hand-coded vs torch.compile, 2 threads", 1.39, 0.25, cvt("silu_2048x3072", "compile")))),
+  model_kernels("model-kernels-2t", "the model and memory-bound kernels at 2 threads", 3,
+                ((1.13, 0.25), (1.58, 0.25), (4.24, 0.25), (1.39, 0.25)), "amd cpu-w16"),
   # session 18's entry on this family, QUIET: tol is the noise the entry's pair had (their spreads combined, as judge())
   Run("convs-2t", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, AMD EPYC Zen 4", (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
@@ -113,26 +116,15 @@ RUNS = (
     Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 0.71, 0.14, cvt("matmul_1024", "numpy")),
     Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 0.75, 0.22, cvt("matmul_2048", "numpy")),
     Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.62, 0.13, cvt("lm_head_gpt2", "numpy"))), "amd cpu-w8"),
-  Run("model-kernels-2t-avx2", AVX2, (
-    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", "softmax_4096x1024,layernorm_4096x1024,gelu_2048x3072,silu_2048x3072",
-    "--no-tune", "--no-tinygrad", "--no-tuned", "--quiet-wait", "20", "--retries", "1"), 3, False, (
-    Claim("softmax hand-coded vs torch.compile, 2 threads", 1.16, 0.28, cvt("softmax_4096x1024", "compile")),
-    Claim("layernorm hand-coded vs torch.compile, 2 threads", 2.22, 0.44, cvt("layernorm_4096x1024", "compile")),
-    Claim("GELU hand-coded vs torch.compile, 2 threads", 3.58, 0.15, cvt("gelu_2048x3072", "compile")),
-    Claim("SiLU hand-coded vs torch.compile, 2 threads", 1.89, 0.21, cvt("silu_2048x3072", "compile"))), "amd cpu-w8"),
+  model_kernels("model-kernels-2t-avx2", AVX2, 3, ((1.16, 0.28), (2.22, 0.44), (3.58, 0.15), (1.89, 0.21)), "amd cpu-w8"),
   Run("convs-2t-avx2", AVX2, (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
     "--quiet-wait", "20", "--retries", "1"), 2, False, tuple(
     Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
       (0.79, 0.27), (1.12, 0.15), (1.05, 0.09), (0.64, 0.20), (0.73, 0.15), (0.90, 0.19), (0.57, 0.52), (1.13, 0.28)))), "amd cpu-w8"),
   # session 19's entry on an Intel host, QUIET (its spreads are this host's, idle: another VM shares its cores)
-  Run("model-kernels-2t-intel", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an Intel host", (
-    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", "softmax_4096x1024,layernorm_4096x1024,gelu_2048x3072,silu_2048x3072",
-    "--no-tune", "--no-tinygrad", "--no-tuned", "--quiet-wait", "20", "--retries", "1"), 2, False, (
-    Claim("softmax hand-coded vs torch.compile, 2 threads", 1.12, 0.14, cvt("softmax_4096x1024", "compile")),
-    Claim("layernorm hand-coded vs torch.compile, 2 threads", 1.40, 0.24, cvt("layernorm_4096x1024", "compile")),
-    Claim("GELU hand-coded vs torch.compile, 2 threads", 5.70, 0.29, cvt("gelu_2048x3072", "compile")),
-    Claim("SiLU hand-coded vs torch.compile, 2 threads", 2.04, 0.16, cvt("silu_2048x3072", "compile"))), "intel cpu-w16"),
+  model_kernels("model-kernels-2t-intel", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an Intel host", 2,
+                ((1.12, 0.14), (1.40, 0.24), (5.70, 0.29), (2.04, 0.16)), "intel cpu-w16"),
   # the recorded command less --torch and with 3 rounds, not 7; two runs gave 11.4x and 11.4x, tuning 0.41x and 0.43x
   Run("gpt2-12", "the 12-block GPT-2 decoder (vocabulary 512), all five contenders, twice", (
     "bench/tinygrad_models.py", "--models", "gpt2", "--layers", "12", "--vocab", "512", "--budget-s", "2", "--rounds", "3"), 10, True, (
