@@ -53,6 +53,7 @@ class Device(Protocol):
   """A backend module. Buffers are whatever its alloc returns (numpy arrays on the CPU)."""
   __name__: str
   DEFAULT_FLAGS: tuple[str, ...]
+  HOST_MEMORY: bool  # its buffers are host memory (numpy arrays): a guard can map them on pages of their own
   CompileError: type[CompileError]
   def available(self) -> bool: ...
   def options(self) -> LinearizerOptions: ...

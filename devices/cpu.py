@@ -61,6 +61,7 @@ def isa_flags(isa: frozenset[str]) -> tuple[str, ...]:
 # -fopenmp always: one flag set (so one fingerprint) whether or not a kernel uses threads; gcc's libgomp is here.
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-shared", "-fPIC", "-fwrapv", "-ffp-contract=off",
                                   "-fno-math-errno", "-fno-strict-aliasing", "-fopenmp") + isa_flags(_cpuinfo()[1])
+HOST_MEMORY = True  # buffers are numpy arrays (alloc)
 ALIGN = 64  # bytes: a cache line and one AVX-512 vector
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
              "amx_tile", "neon", "asimd")

@@ -20,6 +20,7 @@ from linearizer.tensor_cores import SM80
 # --fmad=false: no a*b+c contracted to an fma (the reference rounds the product; only the linearizer's MULACCs fuse).
 # NVRTC's other defaults are IEEE already: no flush to zero, / and sqrt correctly rounded (--prec-div, --prec-sqrt).
 DEFAULT_FLAGS: tuple[str, ...] = ("--fmad=false",)
+HOST_MEMORY = False  # buffers live on the device (alloc)
 
 DRIVER = Driver(CUDA_API)
 available, alloc, copyin, copyout, Program = DRIVER.available, DRIVER.alloc, DRIVER.copyin, DRIVER.copyout, DRIVER.program

@@ -26,9 +26,8 @@ class Guarded:
   def __init__(self, dev: Device, n: int, dtype: npt.DTypeLike, seed: int = 0):
     self.dev, self.n, dt = dev, n, np.dtype(dtype)
     g = GUARD_BYTES // dt.itemsize  # a multiple of any vector width: the buffer keeps the allocation's alignment
-    self.raw = dev.alloc(g + n + g, dt)
-    self.host = isinstance(self.raw, np.ndarray)
-    if self.host: self.raw = _pages(self.raw.size, dt)  # host memory: pages of its own, for lock()
+    self.host = dev.HOST_MEMORY
+    self.raw = _pages(g + n + g, dt) if self.host else dev.alloc(g + n + g, dt)  # host memory: pages of its own, for lock()
     self.locked = False
     self.lead = g if self.host else 0
     self.canary = np.random.default_rng(seed).integers(0, 256, 2 * g * dt.itemsize, np.uint8).view(dt)  # a device's: all after the end

@@ -19,6 +19,7 @@ from linearizer.tensor_cores import RDNA3
 
 ROCM_LIB = "/opt/rocm/lib"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-ffp-contract=off")  # no contraction: only the linearizer's MULACCs fuse
+HOST_MEMORY = False  # buffers live on the device (alloc)
 
 DRIVER = Driver(HIP_API)
 available, alloc, copyin, copyout, Program = DRIVER.available, DRIVER.alloc, DRIVER.copyin, DRIVER.copyout, DRIVER.program

@@ -23,6 +23,7 @@ from linearizer.render_c import OPENCL, launch_sizes, render_opencl as render  #
 
 # / and sqrt correctly rounded, as the reference computes them (the default allows 2.5 and 3 ulp)
 DEFAULT_FLAGS: tuple[str, ...] = ("-cl-fp32-correctly-rounded-divide-sqrt",)
+HOST_MEMORY = False  # buffers live on the device (alloc)
 
 
 class OpenCLError(DeviceError): pass

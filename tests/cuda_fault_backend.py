@@ -1,7 +1,7 @@
 """A test-only backend: the CUDA device, whose renderer plants faults in candidates with particular schedules (as
 tests/fault_backend.py does on the CPU). A write far outside every buffer and a trap poison the CUDA context (every
 later call in that process fails); a kernel that never ends holds the GPU until its process is killed."""
-from devices.cuda import Program, alloc, available, compile, copyin, copyout, fingerprint, fingerprint_hash, options  # noqa: F401
+from devices.cuda import HOST_MEMORY, Program, alloc, available, compile, copyin, copyout, fingerprint, fingerprint_hash, options  # noqa: F401
 from devices.cuda import render as cuda_render
 from fault_backend import plant
 from linearizer.kernel import Opt

@@ -5,7 +5,7 @@ Passed to search.tune as `module`, it reaches the compile pool and the runner by
 marked lost, and so does every later run in that process, as every call on a poisoned context fails."""
 from devices import cpu
 from devices.base import DeviceError
-from devices.cpu import alloc, available, compile, compile_batch, copyin, copyout, fingerprint, fingerprint_hash, options  # noqa: F401
+from devices.cpu import HOST_MEMORY, alloc, available, compile, compile_batch, copyin, copyout, fingerprint, fingerprint_hash, options  # noqa: F401
 from devices.cpu import render as cpu_render
 from linearizer.kernel import Opt
 
