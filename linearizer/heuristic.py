@@ -174,7 +174,7 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   pixels = [i for i in reversed(range(t.thread_dims + t.block_dims, t.first_reduce))
             if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
   last = t.shape_len - t.upcasted - 1
-  wide = max(k.options.float_vector_widths, default=4) >= 16
+  wide = k.options.avx512
   budget = (PIXEL_TILE_512 if wide else PIXEL_TILE) // vecs
   # AVX2, two vectors of a strided conv: a row takes the largest part of it within the budget, a window row of WINDOW
   # (the stem's 7x7) 7 pixels, as on AVX-512, over the registers' budget (14 accumulators, 2 weight vectors: the input's

@@ -389,7 +389,7 @@ class _Lowering:
     tile on AVX2: 79 spill loads and stores, none eagerly; a 4x2 tile, none spilled, ran 0.83x, busy Zen 3). A tile past the registers
     keeps values first (sops_7806's 240 accumulators: gcc took 4x as long over it eagerly), and so does every tile on
     AVX-512 (32 registers, not measured there)."""
-    if self.k.options.has_local or max(self.k.options.float_vector_widths, default=4) >= 16: return False
+    if self.k.options.has_local or self.k.options.avx512: return False
     values = 0
     for a in {n.arg for n in red.src[0].toposort() if n.op == "LOAD"}:
       lanes = list(self.lanes([i for i in self.upcast_axes if i in self.k.varies(self.k.leaves.index(a))]))

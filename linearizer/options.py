@@ -27,6 +27,11 @@ class LinearizerOptions:
   shared_max: int = 0
   threads: int = 1
 
+  # AVX-512's vectors of 16 floats, and with them 32 registers (AVX2's 8-float ones come with 16): the register budgets
+  # of the CPU tiles (linearizer.heuristic, linearizer.lower) follow from it
+  @property
+  def avx512(self) -> bool: return max(self.float_vector_widths, default=4) >= 16
+
   # a tensor core travels as its name
   def to_json(self) -> dict[str, Any]:
     return {f.name: _lists(getattr(self, f.name)) for f in fields(self)} | {"tensor_cores": [t.name for t in self.tensor_cores]}
