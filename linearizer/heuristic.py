@@ -45,6 +45,20 @@ BLOCK_M = 128
 # (CPU time): 8x1 0.74-0.79x of OpenBLAS, 4x2 0.91-0.97x (with lower's eager chain: without it 0.76x), 6x2 over 1026
 # padded rows 0.88-0.95x, 3x4 0.94x, 2x4 0.82x, 12x1 0.76x
 AVX2_TILE, AVX2_TILE_VECTORS = 4, 2
+# AVX-512 (16 lanes, 32 registers), the same tile rule: 8 x 1 (the AVX-512 rule before) has 8 accumulators, just the 8
+# chains two FMA ports of 4-cycle latency need, and its step's 8 broadcasts (folded into the FMAs) and 1 vector of B
+# are 9 loads for 8 FMAs, over the 2 loads a cycle beside them; 4 x 4 keeps 16 accumulators, 4 vectors of B and a
+# broadcast in 21 registers (gcc: no spills, values first), 8 loads a step of 16 FMAs. 1 and 2 threads, busy Intel
+# Emerald Rapids class (2 FMA ports), interleaved with numpy (CPU time, the fastest run of each), against OpenBLAS:
+# 1024 8x1 0.93x, 4x4 1.01x; 2048 0.89-0.91x vs 0.96-1.00x (2 threads 0.96x vs 1.02x); 4096 0.84x vs 0.87x (2 threads
+# 0.89x vs 0.92x). 8x2 (values first: 4 accumulators spilled) 0.92x, eager (lower) 0.98-1.03x, no better than 4x4 and
+# a codegen change for every AVX-512 tile; 6x4, 12x2 and 14x2 over padded rows 0.54-0.66x (the padding's masks spill);
+# A packed too (_packed_rows: B's block repacked every 128 rows) 0.81-0.83x. The 1x1 convs it takes as well ran
+# 1.00-1.12x (sops_619 2.7x: B's block packed now). On Zen 4 (one 512-bit FMA a cycle, 2 loads, 32 registers) it
+# cannot lose in the core: under half the loads a FMA (8 for 16; 8x1: 9 for 8), twice the chains, no spills; what it
+# reads more of is B's block from L2, a vector per 4 FMAs, not 8 (16 B a cycle there, half what Zen 3's L2 gives)
+AVX512_TILE, AVX512_TILE_VECTORS = 4, 4
+REGISTER_TILES = {8: (AVX2_TILE, AVX2_TILE_VECTORS), 16: (AVX512_TILE, AVX512_TILE_VECTORS)}  # vector width: (rows, vectors)
 # _packed_vector's accumulators (vectors), leaving registers for the packed vector and a broadcast: 14 of AVX-512's 32
 # (1x1 conv 256->64 56x56, Zen 4: 14 pixels 86, 16 pixels 62 GFLOP/s); 12 of AVX2's 16, as BLAS kernels there keep
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
@@ -346,6 +360,8 @@ def _cache_blocks(k: Kernel, vec: int, width: int, vectors: int = 1) -> None:
   if not k.is_reduce_axis(last): return
   before = k.block_dims
   _block(k, last, reduce_steps, BLOCK_K)
+  # A packed beside B on AVX2 only: AVX-512's 4 x 4 tile reads 4 rows of A in place, in L1 sets enough, and lost to A's
+  # copy (REGISTER_TILES' measurements)
   if width == 8 and k.block_dims > before and _packed_rows(k, vec + 1): return
   # the vector axis in blocks too where the reduce is too short to block (a 1x1 conv's 256 channels): its block loop
   # outermost, the other axes' tiles reuse its operand's panel while it is in L1 (1x1 conv 256->64 56x56, 1 thread:
@@ -366,15 +382,19 @@ def _matmul_operands(k: Kernel, vec: int) -> tuple[int, int, int] | None:
   return None if rows is None else (a, b, rows)
 
 def _register_tile(k: Kernel, vec: int, width: int) -> bool:
-  """AVX2, a matmul whose reduce is long enough for _cache_blocks to block it (both operands packed then: _packed_rows),
-  its vector axis `vec` upcast to one vector: the tile AVX2_TILE rows x AVX2_TILE_VECTORS vectors (step 1's _tile would
-  take 8 rows of one vector). Applied to a copy, kept only whole. AVX-512 keeps 8 x 1 (its 32 registers hold a step's
-  16 broadcasts; not measured here)."""
-  if width != 8 or (ops := _matmul_operands(k, vec)) is None: return False
+  """CPUs, a matmul whose reduce is long enough for _cache_blocks to block it, its vector axis `vec` upcast to one
+  vector of `width` lanes: the tile REGISTER_TILES[width] (rows x vectors of columns; step 1's _tile would take 8 rows of
+  one vector). Applied to a copy, kept only whole."""
+  if width not in REGISTER_TILES or (ops := _matmul_operands(k, vec)) is None: return False
   last = k.shape_len - k.upcasted - 1
   if not k.is_reduce_axis(last) or not isinstance(size := k.full_shape[last], int) or size < 2 * BLOCK_K: return False
-  t = k.copy()
-  if not (_try(t, Opt(OptOp.UPCAST, vec, AVX2_TILE_VECTORS)) and _try(t, Opt(OptOp.UPCAST, ops[2], AVX2_TILE))): return False
+  t, (rows, vectors) = k.copy(), REGISTER_TILES[width]
+  if not (_try(t, Opt(OptOp.UPCAST, vec, vectors)) and _try(t, Opt(OptOp.UPCAST, ops[2], rows))): return False
+  # only where step 2's unroll of the reduce by 2 fits beside it, as in every tile measured: a 4 x 4 tile of 16 lanes
+  # is MAX_UPCAST elements, and where its lanes are no vectors (kernel.MAX_VECTORS: float16, or an epilogue no vector
+  # width fits) the unroll was refused (sops_2252, 4x4096 @ 4096 in float16, and sops_1814: 0.79x of the 4 x 1 tile
+  # unrolled, though sops_2478 ran 1.29x; 1 thread, busy Intel)
+  if not _try(t.copy(), Opt(OptOp.UNROLL, t.shape_len - t.upcasted - 1 - t.first_reduce, 2)): return False
   k.apply_opts(t.applied_opts[len(k.applied_opts):])
   return True
 
@@ -530,7 +550,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     if amt is not None and transcendentals and sum(n.op not in ("LOAD", "CONST", "STORE") for n in k.ast.nodes) <= 64:
       next((a for a in (4, 2) if smax(k.full_shape[axis]) >= 2 * a and _try(k, Opt(OptOp.UPCAST, axis, a))), None)
   if not gpu and k.reduceop is not None and vec in upcasted:  # (vec: an int there)
-    _cache_blocks(k, vec, widest, AVX2_TILE_VECTORS if register_tile else 1)
+    _cache_blocks(k, vec, widest, REGISTER_TILES[widest][1] if register_tile else 1)
   elif streamed is not None: _row_blocks(k, streamed)
   # 4. GPUs: work-groups; CPUs: threads
   if gpu and not k.dont_use_locals: _locals(k)

@@ -1,0 +1,57 @@
+"""The hand-coded schedule of a blocked matmul on CPUs: its register tile per vector width (heuristic.REGISTER_TILES),
+the code gcc makes of it, and the results."""
+import re, subprocess
+from dataclasses import replace
+import pytest
+from linearizer import reference
+from linearizer.builders import matmul
+from linearizer.compare import compare
+from linearizer.heuristic import hand_coded_optimizations
+from linearizer.kernel import Kernel
+from linearizer.options import LinearizerOptions
+from devices import cpu
+from tunesvc.runtime import compile_kernel, run_kernel
+
+AVX512, AVX2 = replace(cpu.options(), float_vector_widths=(4, 8, 16), threads=2), replace(cpu.options(), float_vector_widths=(4, 8), threads=2)
+
+def schedule(k, options) -> list[tuple]: return [(o.op, o.axis, o.amt) for o in hand_coded_optimizations(Kernel(k, options))]
+
+
+def test_the_avx512_check_is_one_property_of_the_options_and_no_field():
+  assert AVX512.avx512 and not AVX2.avx512 and not LinearizerOptions("GPU").avx512
+  assert "avx512" not in AVX512.to_json() and LinearizerOptions.from_json(AVX512.to_json()) == AVX512
+
+
+@pytest.mark.parametrize("n", [1024, 2048])
+def test_an_avx512_matmul_takes_a_tile_of_4_rows_by_4_vectors_and_packs_b_alone(n):
+  # 16 accumulators (the old 8 x 1 tile's 8 were just the chains two FMA ports need) and 8 loads a step of 16 FMAs, not
+  # 9 of 8; K in 256s unrolled by 2, N in blocks of 256 columns (4 steps of 64), B's block packed, A read in place (its
+  # copy lost on AVX-512), the threads on the rows
+  assert schedule(matmul(n, n, n), AVX512) == [("UPCAST", 1, 16), ("UPCAST", 1, 4), ("UPCAST", 0, 4), ("UNROLL", 0, 2), ("BLOCK", 2, 128),
+                                               ("BLOCK", 2, 4), ("PACK", 2, None), ("THREAD", 2, 2)]
+
+def test_the_avx2_matmul_schedule_is_unchanged():
+  assert schedule(matmul(2048, 2048, 2048), AVX2) == [("UPCAST", 1, 8), ("UPCAST", 1, 2), ("UPCAST", 0, 4), ("UNROLL", 0, 2), ("BLOCK", 2, 128),
+                                                      ("BLOCK", 1, 32), ("BLOCK", 3, 8), ("PACK", 1, None), ("PACK", 2, None), ("THREAD", 1, 2)]
+
+def test_a_matmul_whose_columns_take_no_4_vectors_keeps_the_tile_of_step_1():
+  # 1056 columns: 66 vectors, no multiple of 4; the tile is _tile's 8 rows of one vector
+  assert schedule(matmul(512, 1056, 512), AVX512)[:3] == [("UPCAST", 1, 16), ("UPCAST", 0, 8), ("UNROLL", 0, 2)]
+
+
+def test_the_avx512_tile_runs_right_and_keeps_its_accumulators_in_registers():
+  k = matmul(64, 128, 512)  # the shortest reduce the tile takes (2 blocks of 256), 2 column blocks of 64
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  bufs = reference.random_buffers(k, {}, 3)
+  want = [b.copy() for b in bufs]
+  reference.run(k, want, {})
+  run_kernel(k, bufs, "CPU", opts=opts)
+  assert (msg := compare(k, bufs, want, {})) is None, msg
+  if "avx512f" not in cpu.fingerprint()["isa"]: pytest.skip("gcc's AVX-512 code of the tile: this host has no AVX-512")
+  assert ("UPCAST", 0, 4) in [(o.op, o.axis, o.amt) for o in opts], opts
+  src, _, _ = compile_kernel(k, "CPU", opts)
+  asm = subprocess.run([cpu._cc(), *cpu.DEFAULT_FLAGS, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True, text=True,
+                       check=True).stdout
+  # the reduce loop: the block of the most FMAs, 16 accumulators x K unrolled by 2; none of them on the stack
+  loop = max(re.split(r"\n\.L\d+:", asm), key=lambda b: len(re.findall(r"\tvfmadd\w+ps\t", b)))
+  assert len(re.findall(r"\tvfmadd\w+ps\t.*%zmm", loop)) == 32 and not re.search(r"%zmm.*\((%rsp|%rbp)\)|\((%rsp|%rbp)\).*%zmm", loop), loop
