@@ -46,17 +46,18 @@ BLOCK_M = 128
 # padded rows 0.88-0.95x, 3x4 0.94x, 2x4 0.82x, 12x1 0.76x
 AVX2_TILE, AVX2_TILE_VECTORS = 4, 2
 # AVX-512 (16 lanes, 32 registers), the same tile rule: 8 x 1 (the AVX-512 rule before) has 8 accumulators, just the 8
-# chains two FMA ports of 4-cycle latency need, and its step's 8 broadcasts (folded into the FMAs) and 1 vector of B
-# are 9 loads for 8 FMAs, over the 2 loads a cycle beside them; 4 x 4 keeps 16 accumulators, 4 vectors of B and a
-# broadcast in 21 registers (gcc: no spills, values first), 8 loads a step of 16 FMAs. 1 and 2 threads, busy Intel
-# Emerald Rapids class (2 FMA ports), interleaved with numpy (CPU time, the fastest run of each), against OpenBLAS:
-# 1024 8x1 0.93x, 4x4 1.01x; 2048 0.89-0.91x vs 0.96-1.00x (2 threads 0.96x vs 1.02x); 4096 0.84x vs 0.87x (2 threads
-# 0.89x vs 0.92x). 8x2 (values first: 4 accumulators spilled) 0.92x, eager (lower) 0.98-1.03x, no better than 4x4 and
-# a codegen change for every AVX-512 tile; 6x4, 12x2 and 14x2 over padded rows 0.54-0.66x (the padding's masks spill);
-# A packed too (_packed_rows: B's block repacked every 128 rows) 0.81-0.83x. The 1x1 convs it takes as well ran
-# 1.00-1.12x (sops_619 2.7x: B's block packed now). On Zen 4 (one 512-bit FMA a cycle, 2 loads, 32 registers) it
-# cannot lose in the core: under half the loads a FMA (8 for 16; 8x1: 9 for 8), twice the chains, no spills; what it
-# reads more of is B's block from L2, a vector per 4 FMAs, not 8 (16 B a cycle there, half what Zen 3's L2 gives)
+# chains two FMA ports of 4-cycle latency need, and its step's 8 broadcasts (folded into the FMAs) and 1 vector of B are
+# 9 loads for 8 FMAs, over the 2 loads a cycle beside them; 4 x 4 keeps 16 accumulators, 4 vectors of B and a broadcast
+# in 21 registers (gcc: no spills, values first), 8 loads a step of 16 FMAs. 1 and 2 threads, busy Intel Emerald Rapids
+# class (2 FMA ports), interleaved with numpy (CPU time, the fastest run of each), against OpenBLAS: 1024 8x1
+# 0.93-0.95x, 4x4 1.01-1.04x; 2048 0.86-0.91x vs 0.93-1.00x (2 threads 0.96-1.01x vs 1.02-1.07x); 4096 0.81-0.84x vs
+# 0.86-0.87x (2 threads 0.89-0.90x vs 0.92-0.94x). 8x2 (values first: 4 accumulators spilled) 0.92x, eager (lower)
+# 0.98-1.03x, no better than 4x4 and a codegen change for every AVX-512 tile; 6x4, 12x2 and 14x2 over padded rows
+# 0.54-0.66x (the padding's masks spill); A packed too (_packed_rows: B's block copied again every 128 rows) 0.79-0.91x.
+# The 1x1 convs it takes as well ran 1.00-1.12x (sops_619 2.7x: B's block packed now). On Zen 4 (one 512-bit FMA a
+# cycle, 2 loads, 32 registers) it cannot lose in the core: under half the loads a FMA (8 for 16; 8x1: 9 for 8), twice
+# the chains, no spills; what it reads more of is B's block from L2, a vector per 4 FMAs, not 8 (16 B a cycle there,
+# half what Zen 3's L2 gives)
 AVX512_TILE, AVX512_TILE_VECTORS = 4, 4
 REGISTER_TILES = {8: (AVX2_TILE, AVX2_TILE_VECTORS), 16: (AVX512_TILE, AVX512_TILE_VECTORS)}  # vector width: (rows, vectors)
 # _packed_vector's accumulators (vectors), leaving registers for the packed vector and a broadcast: 14 of AVX-512's 32
