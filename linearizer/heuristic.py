@@ -65,6 +65,9 @@ REGISTER_TILES = {8: (AVX2_TILE, AVX2_TILE_VECTORS), 16: (AVX512_TILE, AVX512_TI
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
+# _gathered_rows: a strided conv's input over GATHER_BYTES (Zen 4's L2; this Intel host's is 2 MB) under at least
+# GATHER_VECTORS vectors of output channels, copied in blocks of rows that copy the packed weights at most ROW_COPIES times
+GATHER_BYTES, GATHER_VECTORS, ROW_COPIES = 1 << 20, 16, 4
 PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at most 1/16 of its work wasted
 PAD_REDUCE = 64  # ... under a reduce of at least this many elements
 POOL_WINDOW = 16  # the positions of a pooling window (3x3, 2x2) _streamed_row reads at a stride of 2
@@ -168,18 +171,24 @@ def _packed_vector(k: Kernel, width: int, narrow: bool = False, beat: int = 0) -
     # budget: each input read then feeds twice the multiply-adds (1 thread, busy Zen 5: 1x1 conv 256->512 stride 2 1.29
     # -> 0.90 ms; 1x1 512->2048 7x7 with a residual, 64 KB a block, 3.9 -> 1.7 ms on Zen 4; but 1x1 1024->256 7x7, 128
     # KB, 1.04 -> 1.32 ms and 1x1 2048->512 7x7, 256 KB, 0.74 -> 0.99: kept one)
-    for w, vecs in [(width // 2, 1)] if narrow else [(width, n) for n in ((CHANNEL_VECTORS, 1) if size % (CHANNEL_VECTORS * width) == 0 else (1,))]:
-      t = _channel_tile(k, axis, w, vecs, packed)
-      if t is not None and (vecs == 1 or t.pack_bytes() < PACK_BYTES // 2) and _accumulators(t, w) > beat:
+    tiles = [(width // 2, 1)] if narrow else [(width, n) for n in ((CHANNEL_VECTORS, 1) if size % (CHANNEL_VECTORS * width) == 0 else (1,))]
+    # a strided 1x1 conv's input packed in blocks of rows first, each tile's largest block that fits (_gathered_rows)
+    for (w, vecs), rows in [*((tile, r) for tile in tiles for r in _gathered_rows(k, axis, packed)), *((tile, None) for tile in tiles)]:
+      t = _channel_tile(k, axis, w, vecs, packed, rows)
+      if t is not None and (vecs == 1 or t.pack_bytes(packed) < PACK_BYTES // 2) and _accumulators(t, w) > beat:
         k.apply_opts(t.applied_opts[len(k.applied_opts):])
         return True
   return False
 
-def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]) -> Kernel | None:
-  """_packed_vector's schedule on a copy of k: `vecs` vectors of `axis` and a tile of pixels, or None where it does not apply."""
+def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int], rows: tuple[int, int, int] | None = None) -> Kernel | None:
+  """_packed_vector's schedule on a copy of k: `vecs` vectors of `axis` and a tile of pixels, or None where it does not
+  apply; with `rows` (_gathered_rows' (leaf, axis, block)), that axis in blocks outside the channels' and that leaf packed."""
   t, block = k.copy(), width * vecs
-  at = axis + (k.full_shape[axis] != block)  # the block's lanes follow its BLOCK loop
-  if not ((k.full_shape[axis] == block or _try(t, Opt(OptOp.BLOCK, axis, block))) and _try(t, Opt(OptOp.UPCAST, at, width if vecs > 1 else 0)) and
+  if rows is not None and rows[2] < smax(k.full_shape[rows[1]]):
+    if not _try(t, Opt(OptOp.BLOCK, rows[1], rows[2])): return None
+    axis += 1  # (past the row block, which goes before every global axis)
+  at = axis + (t.full_shape[axis] != block)  # the block's lanes follow its BLOCK loop
+  if not ((t.full_shape[axis] == block or _try(t, Opt(OptOp.BLOCK, axis, block))) and _try(t, Opt(OptOp.UPCAST, at, width if vecs > 1 else 0)) and
           (vecs == 1 or _try(t, Opt(OptOp.UPCAST, at, vecs)))): return None
   # the accumulators: a tile over the pixel axes, which reuse each packed vector, innermost first, leaving 2 for the
   # next where one follows (a 3x3 conv 256 channels 14x14: 7 x 2 ran 1.5x faster than 14 x 1); but where neighbouring
@@ -244,7 +253,42 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   elif (acc := _accumulators(t, width)) < ACC_CHAINS and any(smax(t.full_shape[i]) > 1 for i in pixels) and \
       t.is_reduce_axis(last := t.shape_len - t.upcasted - 1):
     next((a for a in (8, 4, 2) if acc * a <= ACC_CHAINS and _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, a))), None)
-  return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed) else None
+  return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed + ([rows[0]] if rows is not None else [])) else None
+
+def _gathered_rows(k: Kernel, axis: int, packed: list[int]) -> list[tuple[int, int, int]]:
+  """AVX-512, _packed_vector's vector along `axis` of a strided conv whose input's copy would hold each element it reads
+  once (a 1x1 window; a 3x3 one's overlap): that input packed too, gathered into a dense copy, in blocks of the rows of
+  pixels outside the channels' blocks (leaf, rows' axis, rows a block), largest first, each block copying the packed
+  weights again, at most ROW_COPIES times. Left in place, each block of channels reads the input again at every other
+  element of its rows: where the blocks are many and the input over GATHER_BYTES, that costs more than one copy. 1
+  thread, BUSY Emerald Rapids (2 MB of L2), thread CPU time, interleaved: 1x1 256->512 stride 2 56x56 (3.2 MB, 32
+  vectors of channels) 3.26-3.48 -> 1.99-2.05 ms in blocks of 7 rows (2.24 of 4, 2.78 of 2; 2.58 with the loops so but
+  the input read in place), 512->1024 stride 2 28x28 (1.6 MB, 64 vectors) 2.62-2.80 -> 2.25-2.38 (one vector, 7 rows;
+  3.07 with two vectors' 2 rows, the weights copied 7 times); but 64->128 stride 2 56x56 (0.8 MB, 8 vectors) 0.135 ->
+  0.146 and 128->64 (1.6 MB, 4 vectors) 0.146 -> 0.163. Zen 4's L2 is half this one's: its in-place reads of such an
+  input miss it sooner, not later."""
+  pixels = [i for i in reversed(range(k.thread_dims + k.block_dims, k.first_reduce))
+            if isinstance(m := k.full_shape[i], int) and m > 1 and all(k.sts[j].views[-1].strides[i] == 0 for j in packed)]
+  rest = [j for j in _reduce_operands(k) if j not in packed]
+  width = max(k.options.float_vector_widths, default=4)
+  if width < 16 or smax(k.full_shape[axis]) < GATHER_VECTORS * width or len(rest) != 1 or not _strided_conv(k, pixels, packed): return []
+  a = k.leaves[rest[0]]
+  if k.ast.buffer_sizes()[a.buf] * a.dtype.itemsize <= GATHER_BYTES or not _distinct_reads(k, rest[0]): return []
+  size = smax(k.full_shape[pixels[1]])
+  return [(rest[0], pixels[1], r) for r in range(size, 0, -1) if size % r == 0 and size // r <= ROW_COPIES]
+
+def _distinct_reads(k: Kernel, leaf: int) -> bool:
+  """Does `leaf` read a different element at every index of the axes it varies along, all valid (no window overlapping
+  the next, no padding): its steps, smallest first, each past the span of those before, as a mixed radix's digits?"""
+  vs, loads = _indexing(k)
+  idx, valid = loads[[j for j, a in enumerate(k.leaves) if j > 0 and isinstance(a, MemArg)].index(leaf)]
+  steps = [(s, v.max + 1) for v in vs if v is not None and isinstance(s := step(idx, v), int)]
+  if valid != 1 or len(steps) != sum(v is not None for v in vs): return False
+  span = 0
+  for s, n in sorted((abs(s), n) for s, n in steps if s != 0):
+    if s <= span: return False
+    span += s * (n - 1)
+  return True
 
 def _packs_outweigh(k: Kernel) -> bool:
   """Are the packed operands' buffers (a conv's weights) larger than the reduce's other operands' (its input)? Threads

@@ -406,9 +406,10 @@ class Kernel:
     self._check_packs()
     self.applied_opts.append(opt)
 
-  def pack_bytes(self) -> int:
-    """What the packed copies take on a thread's stack."""
-    return sum(math.prod(concrete(self.full_shape[i]) for i in self.pack_axes(j)) * self.leaves[j].dtype.itemsize for j in self.packed)
+  def pack_bytes(self, leaves: Optional[list[int]] = None) -> int:
+    """What the packed copies (of `leaves`, default all) take on a thread's stack."""
+    return sum(math.prod(concrete(self.full_shape[i]) for i in self.pack_axes(j)) * self.leaves[j].dtype.itemsize
+               for j in (self.packed if leaves is None else leaves))
 
   def _check_packs(self) -> None:
     outer = self.thread_dims + self.block_dims
