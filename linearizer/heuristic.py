@@ -258,7 +258,8 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # against one vector: 1x1 2048->512 7x7 (256 KB whole) 1.67-1.71 -> 1.42-1.52 ms (two vectors unblocked 1.45; over
   # blocks of 128 1.48), 1024->256 14x14 (sops_3174, one vector x 14 pixels) 1.25 -> 1.08, sops_7647 (1152->192 7x7,
   # batch 2) 0.47 -> 0.41; 2 threads, 2048->512 least of 261 0.84 -> 0.69. Zen 4 ran two vectors' whole 128 and 256 KB
-  # copies slower and their 64 KB ones faster (_packed_vector): a block's 32 KB is under that
+  # copies slower (2048->512: 0.59x, 32 rows 8 KB apart copied into one L1 set, before lower.pack copied them in lines)
+  # and their 64 KB ones faster (_packed_vector): a block's 32 KB is under that, its rows copied in lines
   if vecs > 1 and wide and t.is_reduce_axis(inner := t.shape_len - t.upcasted - 1) and t.pack_bytes(packed) >= PACK_BYTES // 2:
     _block(t, inner, 1, BLOCK_K)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed + ([rows[0]] if rows is not None else [])) else None
