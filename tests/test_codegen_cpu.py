@@ -402,7 +402,7 @@ def test_an_avx512_conv_takes_two_vectors_of_channels_over_blocks_of_its_reduce_
   # -> 1.42-1.52 ms; 1024->256 14x14 1.25 -> 1.08); a copy under half the budget (512 channels) is not blocked, nor AVX2's
   for cin, blocked in ((2048, True), (1024, True), (512, False)):
     k = conv2d(1, cin, 7, 7, 64, 1, 1)
-    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), threads=1)))
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=(4, 8, 16), threads=1)))
     applied = [(o.op, o.axis, o.amt) for o in opts]
     assert applied[:4] == [("BLOCK", 0, 32), ("UPCAST", 1, 16), ("UPCAST", 1, 2), ("UPCAST", 2, 7)], opts
     assert (("BLOCK", 3, 256) in applied) == blocked and ("PACK", 2, None) in applied, opts
