@@ -60,6 +60,14 @@ AVX2_TILE, AVX2_TILE_VECTORS = 4, 2
 # half what Zen 3's L2 gives)
 AVX512_TILE, AVX512_TILE_VECTORS = 4, 4
 REGISTER_TILES = {8: (AVX2_TILE, AVX2_TILE_VECTORS), 16: (AVX512_TILE, AVX512_TILE_VECTORS)}  # vector width: (rows, vectors)
+# AVX-512, an NT matmul over a reduce of at most SHORT_REDUCE (attention's Q K^T): _packed_columns' vector along the
+# output's columns with B packed, COLUMN_TILE rows a step, not _packed_vector's, whose lanes are stored transposed, a
+# scalar each, after as few FMAs a vector as the reduce is long. 1 thread, busy Intel EMR, CPU time: 32 x 512x512 @
+# 512x64^T (bmm_32x512x512x64_qkT) 0.73x -> 1.33x of OpenBLAS, 128 deep 0.74x -> 1.07x (256 deep, B's block of 2
+# batches x 256 columns is over PACK_BYTES: not taken); the 9 corpus kernels it changes 1.0-5.9x (sops_8262 5.9x,
+# sops_4609, 8 x 4096x4096 @ 40 deep, 4.4x, sops_1381, 16 x 384x384 @ 64 deep, 1.8-2.2x; sops_3838 and sops_2473, 10 us,
+# 1.0x)
+SHORT_REDUCE, COLUMN_TILE = 128, 8
 # _packed_vector's accumulators (vectors), leaving registers for the packed vector and a broadcast: 14 of AVX-512's 32
 # (1x1 conv 256->64 56x56, Zen 4: 14 pixels 86, 16 pixels 62 GFLOP/s); 12 of AVX2's 16, as BLAS kernels there keep
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
@@ -452,6 +460,28 @@ def _register_tile(k: Kernel, vec: int, width: int) -> bool:
   k.apply_opts(t.applied_opts[len(k.applied_opts):])
   return True
 
+def _packed_columns(k: Kernel, vec: int, width: int) -> bool:
+  """CPUs, an NT matmul (B gathered along the output's vector axis `vec`, contiguous along the reduce) over a reduce of
+  at most SHORT_REDUCE elements: `vec` the vector after all, B's block packed into rows of it (PACK lays a tile's
+  vector contiguous), COLUMN_TILE rows of A a step, the reduce unrolled by 2; where B's copy is over the budget whole,
+  the outermost axis B varies along besides `vec` (a batch) blocked by 2, then `vec` in blocks of BLOCK_N. Applied to a
+  copy, kept only whole."""
+  if not k.options.avx512 or (ops := _matmul_operands(k, vec)) is None: return False  # (AVX2: not measured)
+  a, b, rows = ops
+  last = k.shape_len - k.upcasted - 1
+  if not k.is_reduce_axis(last) or not isinstance(size := k.full_shape[last], int) or size > SHORT_REDUCE: return False
+  t = k.copy()
+  if not (_try(t, Opt(OptOp.UPCAST, vec, width)) and _try(t, Opt(OptOp.UPCAST, rows, COLUMN_TILE)) and
+          _try(t, Opt(OptOp.UNROLL, last - t.first_reduce, 2))): return False
+  outer = next((i for i in range(t.thread_dims + t.block_dims, t.first_reduce) if i != vec and i in t.varies(b) and
+                isinstance(t.full_shape[i], int) and t.full_shape[i] % 2 == 0), None)
+  if not _try(t.copy(), Opt(OptOp.PACK, b)) and outer is not None and _try(t, Opt(OptOp.BLOCK, outer, 2)) and \
+      not _try(t.copy(), Opt(OptOp.PACK, b)):
+    _block(t, vec + 1, width, BLOCK_N)  # and B's columns in blocks (the block went before them)
+  if not _try(t, Opt(OptOp.PACK, b)): return False
+  k.apply_opts(t.applied_opts[len(k.applied_opts):])
+  return True
+
 def _packed_rows(k: Kernel, vec: int) -> bool:
   """AVX2, a matmul's reduce blocked (_cache_blocks): both operands packed, A (the operand that does not vary along the
   vector axis `vec`) in blocks of BLOCK_M rows of the tile's row axis, then B's columns (`vec`) in blocks of as many: the
@@ -552,6 +582,8 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   # tile of more accumulators than that axis's own (GPT-2's MLP down projection, 128x3072 @ 3072x768 plus a bias and the
   # residual: 12 vs 8, 34.3 -> 7.4 ms; a matrix-vector product has no tile but the one vector, and a transposed output
   # with 4x2 pixels ran 0.35x: sops_589, 1 thread, busy Zen 4)
+  elif not gpu and widths and vec is not None and not _clean_vector(k, vec, operands=True) and _packed_columns(k, vec, widest):
+    return _threads(k, work, transcendentals, start)
   elif not gpu and widths and (vec is None or not _clean_vector(k, vec, operands=True)) and \
       _packed_vector(k, widest, beat=_vector_tile(k, vec, widest, loads, tile) if vec is not None and _clean_vector(k, vec) else 0):
     return _threads(k, work, transcendentals, start, split_packs=_packs_outweigh(k))

@@ -41,17 +41,39 @@ def test_a_matmul_whose_columns_take_no_4_vectors_keeps_the_tile_of_step_1():
 
 def test_the_avx512_tile_runs_right_and_keeps_its_accumulators_in_registers():
   k = matmul(64, 128, 512)  # the shortest reduce the tile takes (2 blocks of 256), 2 column blocks of 64
-  opts = hand_coded_optimizations(Kernel(k, cpu.options()))
+  assert schedule(k, AVX512)[:3] == [("UPCAST", 1, 16), ("UPCAST", 1, 4), ("UPCAST", 0, 4)]
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))  # the host's tile: 4 x 4 on AVX-512, 4 x 2 on AVX2
   bufs = reference.random_buffers(k, {}, 3)
   want = [b.copy() for b in bufs]
   reference.run(k, want, {})
   run_kernel(k, bufs, "CPU", opts=opts)
   assert (msg := compare(k, bufs, want, {})) is None, msg
-  if "avx512f" not in cpu.fingerprint()["isa"]: pytest.skip("gcc's AVX-512 code of the tile: this host has no AVX-512")
-  assert ("UPCAST", 0, 4) in [(o.op, o.axis, o.amt) for o in opts], opts
+  if not cpu.options().avx512: pytest.skip("gcc's AVX-512 code of the tile: this host (or TUNESVC_CPU_LANES) has no AVX-512")
   src, _, _ = compile_kernel(k, "CPU", opts)
   asm = subprocess.run([cpu._cc(), *cpu.DEFAULT_FLAGS, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True, text=True,
                        check=True).stdout
   # the reduce loop: the block of the most FMAs, 16 accumulators x K unrolled by 2; none of them on the stack
   loop = max(re.split(r"\n\.L\d+:", asm), key=lambda b: len(re.findall(r"\tvfmadd\w+ps\t", b)))
   assert len(re.findall(r"\tvfmadd\w+ps\t.*%zmm", loop)) == 32 and not re.search(r"%zmm.*\((%rsp|%rbp)\)|\((%rsp|%rbp)\).*%zmm", loop), loop
+
+
+@pytest.mark.parametrize("depth,blocks", [(64, [("BLOCK", 0, 2)]), (128, [("BLOCK", 0, 2), ("BLOCK", 3, 16)])])
+def test_a_batched_nt_matmul_over_a_short_reduce_packs_b_into_rows_of_its_vector(depth, blocks):
+  # Q K^T: B stored (N, K). The packed vector's 16 lanes along M are stored transposed, a scalar each, against only 64 or
+  # 128 FMAs a vector; the columns the vector instead, B's block packed (PACK lays it contiguous), the batch blocked by 2
+  # so B's copy fits (and at 128 deep the columns in blocks of 256)
+  k = matmul(512, 512, depth, batch=(32,), transpose_b=True)
+  assert schedule(k, AVX512) == [("UPCAST", 2, 16), ("UPCAST", 1, 8), ("UNROLL", 0, 2), *blocks, ("PACK", 2, None),
+                                 ("THREAD", len(blocks), 2)]
+  assert ("PACK", 2, None) not in schedule(matmul(512, 512, 256, batch=(32,), transpose_b=True), AVX512)  # past SHORT_REDUCE
+  assert ("PACK", 2, None) not in schedule(k, AVX2)  # AVX2 (not measured): the packed vector, as before
+
+def test_the_packed_columns_run_right():
+  k = matmul(64, 48, 40, batch=(4,), transpose_b=True)
+  assert ("PACK", 2, None) in schedule(k, AVX512)
+  opts = hand_coded_optimizations(Kernel(k, cpu.options()))  # (the host's: on AVX2 the packed vector)
+  bufs = reference.random_buffers(k, {}, 4)
+  want = [b.copy() for b in bufs]
+  reference.run(k, want, {})
+  run_kernel(k, bufs, "CPU", opts=opts)
+  assert (msg := compare(k, bufs, want, {})) is None, msg
