@@ -55,7 +55,7 @@ class BeamStrategy:
           return
         self.stale += 1  # a round cut to a few children may have missed its gain: its fastest go on (patience rounds in a row)
       else: self.stale, self.last = 0, ok[0][1].fastest_s
-      self.beam = [k for k, _ in ok[:self.s.beam]]
+      self.beam = self._next_beam([k for k, _ in ok])
     elif len(self.beam) > self.s.beam:  # more seeds than the beam (warm starts): the fastest go on, the first seed if none ran
       self.beam = [k for k, _ in ok[:self.s.beam]] or self.beam[:1]
     # else the seeds are all expanded, measured well or not: they are where the search starts
@@ -66,6 +66,10 @@ class BeamStrategy:
         self.pending.append(c)
     self.rest, self.partial = [], False
     self.done = not self.pending or self.round > self.s.max_rounds
+
+  def _next_beam(self, ok: list[Kernel]) -> list[Kernel]:
+    """The next beam from a round's verified children, fastest first."""
+    return ok[:self.s.beam]
 
   def go_on_below(self) -> float:
     """The time this round's fastest verified child must beat for the search to go on from the round (and so use its

@@ -2,7 +2,8 @@
 end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
 child, against a lowering's ~5 and a compile's 10-100) are proposed in the
 order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them
-(and a threaded child where those hold none: of those whose busiest core works least, the best-ranked).
+(and a threaded child where those hold none: of those whose busiest core works least, the best-ranked; and the
+best-ranked one-core child where those all run threaded, whose lineage keeps the beam's last slot while it verifies).
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
 baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate
@@ -35,6 +36,7 @@ OPTIMISM = 2.0   # spreads below its predicted log time an explored child may li
 
 
 def _threaded(k: Kernel) -> bool: return bool(k.applied_opts) and k.applied_opts[-1].op is OptOp.THREAD  # a child's own opt: its last
+def _alone(k: Kernel) -> bool: return all(o.op is not OptOp.THREAD for o in k.applied_opts)  # runs on one core
 
 def explored(top: int) -> int:
   """How many of a round's top measured children are explored: 1 of 3 to 7, 2 of 8 to 12, none of 1 or 2."""
@@ -84,8 +86,23 @@ class ModelBeamStrategy(BeamStrategy):
     if not any(_threaded(self.pending[i]) for i in best + hope):
       threaded = [i for i in ranked if i not in hope and _threaded(self.pending[i])]
       best += sorted(threaded, key=lambda i: busiest(self.pending[i].applied_opts[-1].amt or 1, self.pending[i].options.threads))[:1]
+    # and the other way round: where every child the cut kept runs threaded, the best-ranked one-core child is measured too
+    # (its lineage keeps a beam slot: _next_beam). A busy round timed a THREAD child while the other core happened to be
+    # free, the prior ranks threaded children first, and the search followed the threaded lineage alone: at the final
+    # check, contended, the beam's deeper one-core winners were faster (BUSY, mul_add_16m 0.89x the beam's, sum_rows_4096
+    # 0.50-0.54x on AMD Zen 4 in session 18)
+    if not any(_alone(self.pending[i]) for i in best + hope):
+      best += [i for i in ranked if i not in best + hope and _alone(self.pending[i])][:1]
     chosen = set(best + hope)
     self.pending, self.rest, self.partial = [self.pending[i] for i in best + hope], [self.pending[i] for i in ranked if i not in chosen], True
+
+  def _next_beam(self, ok: list[Kernel]) -> list[Kernel]:
+    """The fastest verified children, and where those all run threaded the fastest verified one-core child in the last
+    slot: a one-core lineage the cut measures one child of a round (_next_round) goes on while it verifies (search/tune.py
+    checks a round's fastest one-core child where it beats every one-core schedule before it)."""
+    beam = ok[:self.s.beam]
+    if self.cut and len(beam) > 1 and not any(map(_alone, beam)) and (solo := next((k for k in ok if _alone(k)), None)): beam[-1:] = [solo]
+    return beam
 
   def _features(self, ks: list[Kernel]) -> list[list[float]]:
     if new := [k for k in ks if tuple(k.applied_opts) not in self.featurised]:

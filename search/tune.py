@@ -158,9 +158,13 @@ class _Search:
     only where the final check could pick them (finalist()). The others are never checked: on a kernel with a large
     output the check cost more than the timing (mul_add_16m: ~0.1-0.4 s a candidate)."""
     need, ends = max(self.s.strategy.beam, self.s.final.final_top), None  # ends: known from the round's fastest that passed
-    for c in sorted((c for c in timed if c.status is Status.OK), key=lambda c: c.fastest_s):
-      if need <= 0: return
-      if ends and not self.finalist(c): continue
+    ordered = sorted((c for c in timed if c.status is Status.OK), key=lambda c: c.fastest_s)
+    # past those, the round's fastest one-core candidate where the final check could pick it (its `alone`): a busy round
+    # timed threaded ones fastest, and the deeper one-core schedule it found was never checked, so never a finalist
+    solo = next((c for c in ordered if not _threaded(c)), None)
+    for c in ordered:
+      if need <= 0 and c is not solo: continue
+      if (ends or need <= 0) and not self.finalist(c): continue
       if not c.verified:
         b = self.libs[c.source_hash]
         with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():

@@ -63,7 +63,13 @@ def _threaded(opts) -> bool:
   """A candidate's own opt (its last) is THREAD: opts as Opts or their JSON."""
   return bool(opts) and (opts[-1].op is OptOp.THREAD if isinstance(opts[-1], Opt) else opts[-1]["op"] == "THREAD")
 
+def _alone(opts) -> bool:
+  """No THREAD among the opts (Opts or their JSON): the schedule runs on one core."""
+  return all((o.op is not OptOp.THREAD) if isinstance(o, Opt) else o["op"] != "THREAD" for o in opts)
+
 def cut_to(round_opts: list, top: int) -> bool:
-  """Whether a model-strategy round measured as its cut says (search/model_beam.py): its top children, and one more where
-  those hold no threaded child -- then the round's one threaded child. round_opts: each measured child's opts."""
-  return len(round_opts) <= top or len(round_opts) == top + 1 and sum(map(_threaded, round_opts)) == 1
+  """Whether a model-strategy round measured as its cut says (search/model_beam.py): its top children, one more where
+  those hold no threaded child -- then the round's one threaded child --, and one more where they hold no one-core child
+  -- then the round's one one-core child. round_opts: each measured child's opts."""
+  extra = len(round_opts) - top
+  return extra <= 0 or extra <= 2 and (sum(map(_threaded, round_opts)) == 1) + (sum(map(_alone, round_opts)) == 1) >= extra

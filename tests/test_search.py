@@ -434,6 +434,20 @@ def test_a_round_that_ends_the_search_still_checks_a_child_on_one_core_faster_th
   assert checked == ["t", "one"]  # t: the round's fastest; one: the final's fastest on one core (5 ms < the seed's 9)
 
 
+def test_a_round_whose_fastest_all_run_threaded_checks_its_fastest_one_core_child_where_it_beats_every_one_core_one():
+  # a busy round timed its threaded children fastest: its one-core child, deeper than any one-core schedule verified,
+  # must be there for the final check (its `alone`) and for the model strategy's one-core beam slot
+  thread = lambda n: [{"op": "THREAD", "axis": 0, "amt": 2}, {"op": "UPCAST", "axis": 1, "amt": n}]
+  one = lambda n: [{"op": "UPCAST", "axis": 0, "amt": 4}, {"op": "UNROLL", "axis": 0, "amt": n}]
+  seed = Candidate([], Status.OK, 0, "seed", times_s=[9e-3], verified=True)
+  rnd = [Candidate(thread(n), Status.OK, 2, f"t{n}", times_s=[n * 1e-3]) for n in (2, 3, 4, 5)]
+  rnd += [Candidate(one(n), Status.OK, 2, f"one{n}", times_s=[(4 + n) * 1e-3]) for n in (2, 4)]
+  search, checked = _verifying_search(4, 3, [seed, *rnd])
+  search.libs = {c.source_hash: SimpleNamespace(binary=c.source_hash.encode(), name="kernel") for c in rnd}
+  search.verify_fastest(list(reversed(rnd)))
+  assert checked == ["t2", "t3", "t4", "t5", "one2"]  # the beam's four, then the fastest one-core (6 ms < the seed's 9)
+
+
 def test_the_beam_says_which_rounds_can_end_the_search():
   k = Kernel(reduce("SUM", (256, 256), (1,)), cpu.options())
   b = BeamStrategy([k.copy()], actions_for(k.options), StrategySettings(beam=2, min_improvement=0.1, patience=1))
