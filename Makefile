@@ -2,7 +2,10 @@
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-PYTEST := $(VENV)/bin/python -m pytest -q
+# without the pytest plugins of schemathesis and anyio, which their packages register and no test uses (test_api calls
+# schemathesis itself): each pytest process (the xdist controller, each worker, the timing tier) imported them for nothing,
+# ~2 of the ~13 CPU-s before the first test runs
+PYTEST := $(VENV)/bin/python -m pytest -q -p no:schemathesis -p no:anyio
 # over every core; work stealing, since a few tests take a minute of CPU and most a fraction of a second: an idle worker
 # takes from a busy one's queue instead of waiting at the end with the longest test queued behind it; each worker's queue
 # starts with its part of the slow tests (tests/conftest.py), so the thief takes quick ones
