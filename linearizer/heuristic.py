@@ -203,8 +203,7 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # pixels share their inputs along a short window row (the innermost reduce), a row of pixels with the window's row
   # unrolled beside it (7 pixels x 3 columns read 9 inputs: 3x3 convs, stride 1, 1.1-1.4x faster than 7 x 2 pixels;
   # stride 2 shares less, and was slower so). Two vectors take one row of pixels.
-  pixels = [i for i in reversed(range(t.thread_dims + t.block_dims, t.first_reduce))
-            if isinstance(m := t.full_shape[i], int) and m > 1 and all(t.sts[j].views[-1].strides[i] == 0 for j in packed)]
+  pixels = _pixel_axes(t, packed)
   last = t.shape_len - t.upcasted - 1
   wide = k.options.avx512
   budget = (PIXEL_TILE_512 if wide else PIXEL_TILE) // vecs
@@ -272,6 +271,12 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
     _block(t, inner, 1, BLOCK_K)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed + ([rows[0]] if rows is not None else [])) else None
 
+def _pixel_axes(k: Kernel, packed: list[int]) -> list[int]:
+  """The global axes past threads and blocks, innermost first, that reuse each packed vector (the packed leaves do not
+  move along them): a conv's pixels."""
+  return [i for i in reversed(range(k.thread_dims + k.block_dims, k.first_reduce))
+          if isinstance(m := k.full_shape[i], int) and m > 1 and all(k.sts[j].views[-1].strides[i] == 0 for j in packed)]
+
 def _gathered_rows(k: Kernel, axis: int, packed: list[int]) -> list[tuple[int, int, int]]:
   """AVX-512, _packed_vector's vector along `axis` of a strided conv whose input's copy would hold each element it reads
   once (a 1x1 window; a 3x3 one's overlap): that input packed too, gathered into a dense copy, in blocks of the rows of
@@ -284,8 +289,7 @@ def _gathered_rows(k: Kernel, axis: int, packed: list[int]) -> list[tuple[int, i
   3.07 with two vectors' 2 rows, the weights copied 7 times); but 64->128 stride 2 56x56 (0.8 MB, 8 vectors) 0.135 ->
   0.146 and 128->64 (1.6 MB, 4 vectors) 0.146 -> 0.163. Zen 4's L2 is half this one's: its in-place reads of such an
   input miss it sooner, not later."""
-  pixels = [i for i in reversed(range(k.thread_dims + k.block_dims, k.first_reduce))
-            if isinstance(m := k.full_shape[i], int) and m > 1 and all(k.sts[j].views[-1].strides[i] == 0 for j in packed)]
+  pixels = _pixel_axes(k, packed)
   rest = [j for j in _reduce_operands(k) if j not in packed]
   width = max(k.options.float_vector_widths, default=4)
   if width < 16 or smax(k.full_shape[axis]) < GATHER_VECTORS * width or len(rest) != 1 or not _strided_conv(k, pixels, packed): return []
