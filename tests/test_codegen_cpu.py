@@ -342,12 +342,16 @@ def test_an_avx512_strided_window_row_is_unrolled_beside_a_row_of_7_pixels_not_a
   def tile(k, widths):
     opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths)))
     return opts, [(o.op, o.axis, o.amt) for o in opts if o.op in ("UPCAST", "UNROLL")]
+  schedules = []
   for hw, avx512_tile in ((56, [("UPCAST", 0, 0), ("UPCAST", 2, 7), ("UNROLL", 2, 0)]), (64, [("UPCAST", 0, 0), ("UPCAST", 2, 4), ("UPCAST", 1, 2)])):
     k = conv2d(1, 8, hw, hw, 16, 3, 3, stride=2, padding=1)
     opts, applied = tile(k, (4, 8, 16))
     assert applied == avx512_tile and ("PACK", 2, None) in [(o.op, o.axis, o.amt) for o in opts], opts
-    check(k, opts=opts)
     assert [op for op, _, _ in tile(k, (4, 8))[1]] == ["UPCAST"] * 3
+    schedules.append((k, opts))
+  # an AVX2 host's options refuse the 16-lane tile (past its register budget), and its gcc could not run it anyway
+  if not cpu.options().avx512: pytest.skip("schedules checked; running them needs an AVX-512 host, this one has none")
+  for k, opts in schedules: check(k, opts=opts)
 
 def test_an_avx2_window_row_of_one_vector_takes_a_part_of_the_whole_budget():
   # one vector beside a window row: its tile is the row's part alone (no next pixel axis joins it), within the whole
