@@ -69,12 +69,13 @@ class Run:
   minutes: float   # on a quiet AMD EPYC, 2 cores
   long: bool
   claims: tuple[Claim, ...]
-  host: str = "amd cpu-w16"  # the hosts its ratios hold for: host_kind()'s CPU vendor and vector family
+  host: str = "amd f25 cpu-w16"  # the hosts its ratios hold for: host_kind()'s CPU vendor, family number and vector family
 
 OPENBLAS = "issue 14's matmuls and GPT-2's LM head against OpenBLAS"
 MATMULS = ("bench/cpu_vs_torch.py", "--kernels", "matmul_1024,matmul_2048,matmul_4096,lm_head_gpt2", "--no-torch", "--no-tinygrad",
            "--no-tuned", "--quiet-wait", "60", "--retries", "1")
 AVX2 = "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an AVX2 host"
+ZEN1 = 'every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an AMD EPYC "Zen 1" class host'
 CONVS = ("r50_conv_3x3_64_56", "r50_conv_1x1_64to256_56", "r50_conv_1x1_256to64_56", "r50_conv_3x3_128_s2_56",
          "r50_conv_1x1_256to512_s2_56", "r50_conv_3x3_256_14", "r50_conv_1x1_2048to512_7", "dwconv_3x3_144_56")
 MODEL_KERNELS = {"softmax": "softmax_4096x1024", "layernorm": "layernorm_4096x1024", "GELU": "gelu_2048x3072", "SiLU": "silu_2048x3072"}
@@ -99,7 +100,7 @@ RUNS = (
   # recorded with nothing else running but the bench's other load at 0.85-1.47 (its torch child's threads, counted as the
   # machine's before d11b66d) and spreads of 11-68% for tunesvc: a wide tolerance until a quiet rerun narrows it
   model_kernels("model-kernels-2t", "the model and memory-bound kernels at 2 threads", 3,
-                ((1.13, 0.25), (1.58, 0.25), (4.24, 0.25), (1.39, 0.25)), "amd cpu-w16"),
+                ((1.13, 0.25), (1.58, 0.25), (4.24, 0.25), (1.39, 0.25)), "amd f25 cpu-w16"),
   # session 18's entry on this family, QUIET: tol is the noise the entry's pair had (their spreads combined, as judge())
   Run("convs-2t", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, AMD EPYC Zen 4", (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
@@ -111,20 +112,30 @@ RUNS = (
     Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 0.69, 0.24, cvt("matmul_1024", "numpy")),
     Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 0.68, 0.33, cvt("matmul_2048", "numpy")),
     Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.63, 0.19, cvt("matmul_4096", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.71, 0.07, cvt("lm_head_gpt2", "numpy"))), "amd cpu-w8"),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.71, 0.07, cvt("lm_head_gpt2", "numpy"))), "amd f25 cpu-w8"),
   Run("openblas-1t-avx2", AVX2, (*MATMULS, "--threads", "1"), 3, False, (
     Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 0.71, 0.14, cvt("matmul_1024", "numpy")),
     Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 0.75, 0.22, cvt("matmul_2048", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.62, 0.13, cvt("lm_head_gpt2", "numpy"))), "amd cpu-w8"),
-  model_kernels("model-kernels-2t-avx2", AVX2, 3, ((1.16, 0.28), (2.22, 0.44), (3.58, 0.15), (1.89, 0.21)), "amd cpu-w8"),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.62, 0.13, cvt("lm_head_gpt2", "numpy"))), "amd f25 cpu-w8"),
+  model_kernels("model-kernels-2t-avx2", AVX2, 3, ((1.16, 0.28), (2.22, 0.44), (3.58, 0.15), (1.89, 0.21)), "amd f25 cpu-w8"),
   Run("convs-2t-avx2", AVX2, (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
     "--quiet-wait", "20", "--retries", "1"), 2, False, tuple(
     Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
-      (0.79, 0.27), (1.12, 0.15), (1.05, 0.09), (0.64, 0.20), (0.73, 0.15), (0.90, 0.19), (0.57, 0.52), (1.13, 0.28)))), "amd cpu-w8"),
+      (0.79, 0.27), (1.12, 0.15), (1.05, 0.09), (0.64, 0.20), (0.73, 0.15), (0.90, 0.19), (0.57, 0.52), (1.13, 0.28)))), "amd f25 cpu-w8"),
+  # session 20's entry on a Zen 1 class host, QUIET: tol as above (matmul_4096 ran once at 1 thread: no claim)
+  Run("openblas-2t-f23", ZEN1, (*MATMULS, "--threads", "2"), 2, False, (
+    Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 0.98, 0.06, cvt("matmul_1024", "numpy")),
+    Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 0.92, 0.05, cvt("matmul_2048", "numpy")),
+    Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.91, 0.09, cvt("matmul_4096", "numpy")),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 1.02, 0.07, cvt("lm_head_gpt2", "numpy"))), "amd f23 cpu-w8"),
+  Run("openblas-1t-f23", ZEN1, (*MATMULS, "--threads", "1"), 3, False, (
+    Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 0.89, 0.13, cvt("matmul_1024", "numpy")),
+    Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 0.89, 0.05, cvt("matmul_2048", "numpy")),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 1.02, 0.09, cvt("lm_head_gpt2", "numpy"))), "amd f23 cpu-w8"),
   # session 19's entry on an Intel host, QUIET (its spreads are this host's, idle: another VM shares its cores)
   model_kernels("model-kernels-2t-intel", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an Intel host", 2,
-                ((1.12, 0.14), (1.40, 0.24), (5.70, 0.29), (2.04, 0.16)), "intel cpu-w16"),
+                ((1.12, 0.14), (1.40, 0.24), (5.70, 0.29), (2.04, 0.16)), "intel f6 cpu-w16"),
   # the recorded command less --torch and with 3 rounds, not 7; two runs gave 11.4x and 11.4x, tuning 0.41x and 0.43x
   Run("gpt2-12", "the 12-block GPT-2 decoder (vocabulary 512), all five contenders, twice", (
     "bench/tinygrad_models.py", "--models", "gpt2", "--layers", "12", "--vocab", "512", "--budget-s", "2", "--rounds", "3"), 10, True, (
@@ -134,13 +145,17 @@ RUNS = (
 
 
 def host_kind() -> str:
-  """This host's CPU vendor and search/prior.py's family ("amd cpu-w16"): a ratio recorded on AMD Zen 4 says nothing on an
-  Intel AVX-512 core (two full-width FMA ports, half the per-core stream bandwidth: matmul_4096 vs OpenBLAS 1.03x on one,
-  0.79x on the other at the same code), though both schedule alike."""
+  """This host's CPU vendor and family number and search/prior.py's family ("amd f25 cpu-w16": Zen 4): a ratio recorded on
+  one core says nothing on another of the same vector width -- AMD Zen 4 and an Intel AVX-512 core (two full-width FMA
+  ports, half the per-core stream bandwidth: matmul_4096 vs OpenBLAS 1.03x on one, 0.79x on the other at the same code),
+  Zen 3 (f25) and Zen 1 (f23, half its FP width: softmax 0.72x torch.compile where Zen 3 had 1.16x), though each pair
+  schedules alike. (Zen 1 and Zen 2 share f23: the finest split /proc/cpuinfo gives without a table of models.)"""
   vendors = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}
-  try: ids = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("vendor_id")]
-  except OSError: ids = []
-  return f"{vendors.get(ids[0], ids[0]) if ids else 'unknown'} {family(cpu.options())}"
+  try: first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]  # the first core's fields
+  except OSError: first = ""
+  info = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in first.splitlines())}
+  vendor, fam = info.get("vendor_id", ""), info.get("cpu family", "")
+  return f"{vendors.get(vendor, vendor or 'unknown')} f{fam or '?'} {family(cpu.options())}"
 
 
 def headings() -> list[str]: return [line for line in DOCS.read_text().splitlines() if line.startswith("### ")]
