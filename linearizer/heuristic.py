@@ -73,8 +73,9 @@ SHORT_REDUCE, COLUMN_TILE = 128, 8
 PIXEL_TILE_512, PIXEL_TILE = 14, 12
 WINDOW = 7  # the longest innermost reduce _packed_vector unrolls whole: a conv window's row (the stem's 7)
 CHANNEL_VECTORS = 2  # vectors of output channels in _packed_vector's tile, where they fit
-# _gathered_rows: a strided conv's input over GATHER_BYTES (Zen 4's L2; this Intel host's is 2 MB) under at least
-# GATHER_VECTORS vectors of output channels, copied in blocks of rows that copy the packed weights at most ROW_COPIES times
+# _gathered_rows: a strided conv's input over GATHER_BYTES (Zen 4's L2; the Intel host's is 2 MB, Zen 1's 512 KB) under
+# at least GATHER_VECTORS vectors of output channels, copied in blocks of rows that copy the packed weights at most
+# ROW_COPIES times
 GATHER_BYTES, GATHER_VECTORS, ROW_COPIES = 1 << 20, 16, 4
 PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at most 1/16 of its work wasted
 PAD_REDUCE = 64  # ... under a reduce of at least this many elements
@@ -211,11 +212,13 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # (the stem's 7x7) 7 pixels, as on AVX-512, over the registers' budget (14 accumulators, 2 weight vectors: the input's
   # broadcasts fold into the FMAs). Against one vector's 2-D tile, interleaved, busy Zen 3, 1 and 2 threads: 1x1 256->512
   # stride 2 2x4 1.01-1.17x, 64->128 1.00-1.06x; 7x7 3->64 stride 2 (sops_7858) 2x7 1.01-2.20x; but 3x3 stride 2 2x7
-  # 0.75-1.21x (128 and 64 channels, the 3-channel stem) and 2x4 (below)
+  # 0.75-1.21x (128 and 64 channels, the 3-channel stem) and 2x4 (below). Its input gathered (`rows`), 7 pixels too: 1x1
+  # 256->512 stride 2, 1 thread, BUSY Zen 1, thread CPU time, interleaved: 2x7 gathered 6.68 ms, 2x4 gathered 9.73, 2x4
+  # in place (before) 9.38, 2x7 in place 11.0
   strided = vecs > 1 and not wide and _strided_conv(t, pixels, packed)
   window_row = t.full_shape[last] if t.is_reduce_axis(last) else 0
   short_row = isinstance(window_row, int) and 1 < window_row <= WINDOW
-  if strided and window_row == WINDOW: budget = PIXEL_TILE_512 // vecs
+  if strided and (window_row == WINDOW or rows is not None): budget = PIXEL_TILE_512 // vecs
   padded = _padded_pixels(t, pixels, budget)
   # AVX-512, a strided conv's short window row (its input not shared along the row of pixels) where the row's part fills
   # its half of the budget (7 of 14): that row of pixels with the window's row unrolled, as a stride-1 window's, not a
@@ -278,7 +281,7 @@ def _pixel_axes(k: Kernel, packed: list[int]) -> list[int]:
           if isinstance(m := k.full_shape[i], int) and m > 1 and all(k.sts[j].views[-1].strides[i] == 0 for j in packed)]
 
 def _gathered_rows(k: Kernel, axis: int, packed: list[int]) -> list[tuple[int, int, int]]:
-  """AVX-512, _packed_vector's vector along `axis` of a strided conv whose input's copy would hold each element it reads
+  """_packed_vector's vector along `axis` of a strided conv whose input's copy would hold each element it reads
   once (a 1x1 window; a 3x3 one's overlap): that input packed too, gathered into a dense copy, in blocks of the rows of
   pixels outside the channels' blocks (leaf, rows' axis, rows a block), largest first, each block copying the packed
   weights again, at most ROW_COPIES times. Left in place, each block of channels reads the input again at every other
@@ -288,11 +291,13 @@ def _gathered_rows(k: Kernel, axis: int, packed: list[int]) -> list[tuple[int, i
   the input read in place), 512->1024 stride 2 28x28 (1.6 MB, 64 vectors) 2.62-2.80 -> 2.25-2.38 (one vector, 7 rows;
   3.07 with two vectors' 2 rows, the weights copied 7 times); but 64->128 stride 2 56x56 (0.8 MB, 8 vectors) 0.135 ->
   0.146 and 128->64 (1.6 MB, 4 vectors) 0.146 -> 0.163. Zen 4's L2 is half this one's: its in-place reads of such an
-  input miss it sooner, not later."""
+  input miss it sooner, not later. AVX2 (Zen 1, 512 KB of L2), 1x1 256->512 stride 2 (64 vectors of 8), BUSY, CPU time,
+  interleaved: 1 thread 9.38 -> 6.68 ms (torch eager beside it 7.50), 2 threads 10.8 -> 8.29 (two vectors x 7 pixels,
+  _channel_tile)."""
   pixels = _pixel_axes(k, packed)
   rest = [j for j in _reduce_operands(k) if j not in packed]
   width = max(k.options.float_vector_widths, default=4)
-  if width < 16 or smax(k.full_shape[axis]) < GATHER_VECTORS * width or len(rest) != 1 or not _strided_conv(k, pixels, packed): return []
+  if smax(k.full_shape[axis]) < GATHER_VECTORS * width or len(rest) != 1 or not _strided_conv(k, pixels, packed): return []
   a = k.leaves[rest[0]]
   if k.ast.buffer_sizes()[a.buf] * a.dtype.itemsize <= GATHER_BYTES or not _distinct_reads(k, rest[0]): return []
   size = smax(k.full_shape[pixels[1]])
