@@ -179,12 +179,14 @@ def _packed_vector(k: Kernel, width: int, narrow: bool = False, beat: int = 0) -
     # two vectors of it where they divide it, a row of 7 pixels follows and their packed copies stay under half the
     # budget: each input read then feeds twice the multiply-adds (1 thread, busy Zen 5: 1x1 conv 256->512 stride 2 1.29
     # -> 0.90 ms; 1x1 512->2048 7x7 with a residual, 64 KB a block, 3.9 -> 1.7 ms on Zen 4; but 1x1 1024->256 7x7, 128
-    # KB, 1.04 -> 1.32 ms and 1x1 2048->512 7x7, 256 KB, 0.74 -> 0.99: kept one)
+    # KB, 1.04 -> 1.32 ms and 1x1 2048->512 7x7, 256 KB, 0.74 -> 0.99: kept one). AVX2, a copy of half the budget too
+    # (1x1 2048->512 7x7, 128 KB, BUSY Zen 1: 1.12x, _channel_tile)
+    half = PACK_BYTES // 2 + (not k.options.avx512)
     tiles = [(width // 2, 1)] if narrow else [(width, n) for n in ((CHANNEL_VECTORS, 1) if size % (CHANNEL_VECTORS * width) == 0 else (1,))]
     # a strided 1x1 conv's input packed in blocks of rows first, each tile's largest block that fits (_gathered_rows)
     for (w, vecs), rows in [*((tile, r) for tile in tiles for r in _gathered_rows(k, axis, packed)), *((tile, None) for tile in tiles)]:
       t = _channel_tile(k, axis, w, vecs, packed, rows)
-      if t is not None and (vecs == 1 or t.pack_bytes(packed) < PACK_BYTES // 2) and _accumulators(t, w) > beat:
+      if t is not None and (vecs == 1 or t.pack_bytes(packed) < half) and _accumulators(t, w) > beat:
         k.apply_opts(t.applied_opts[len(k.applied_opts):])
         return True
   return False
@@ -219,6 +221,11 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   window_row = t.full_shape[last] if t.is_reduce_axis(last) else 0
   short_row = isinstance(window_row, int) and 1 < window_row <= WINDOW
   if strided and (window_row == WINDOW or rows is not None): budget = PIXEL_TILE_512 // vecs
+  # AVX2, two vectors beside pixels no part of the budget divides but AVX-512's 7 does (a 7x7 image's 49): those 7, as the
+  # 7x7 stem's row (1x1 2048->512 7x7, BUSY Zen 1, CPU time, interleaved: 1 thread 4.74 -> 4.23 ms, 2 threads 6.30 ->
+  # 5.99, torch eager beside them 4.40 at 1; over reduce blocks of BLOCK_K, as AVX-512's below, 4.70 at 1)
+  if vecs > 1 and not wide and pixels and _tile_part(t, pixels, 0, budget) is None and \
+      _tile_part(t, pixels, 0, PIXEL_TILE_512 // vecs) == PIXEL_TILE_512 // vecs: budget = PIXEL_TILE_512 // vecs
   padded = _padded_pixels(t, pixels, budget)
   # AVX-512, a strided conv's short window row (its input not shared along the row of pixels) where the row's part fills
   # its half of the budget (7 of 14): that row of pixels with the window's row unrolled, as a stride-1 window's, not a
