@@ -147,7 +147,7 @@ def test_the_other_operand_order_matches_too():
 
 
 # a bounded random run's coverage is its size: 28 kernels, the first 14 in `make test` and the other 14 in the exhaustive
-# tier, which CI runs too (~0.75 CPU-s of PoCL each, cold); the seed fixes the draw: each part has TC's other operand order
+# tier, which CI runs too (~0.7 CPU-s each, cold, on an AVX2 Zen 1 host); the seed fixes the draw: each part has TC's other operand order
 # first at least twice and 10 random actions after TC, the first part UPCAST, UNROLL and LOCAL among them
 @needs_opencl
 @pytest.mark.slow
