@@ -5,9 +5,9 @@ by predicted time. Small-data settings: a search has tens of measurements, not t
 MEMBERS models, each on its own bagged sample of the rows and features: the prediction is their mean, their spread how
 far they disagree (search/model_beam.py measures some of the children it may underrate by it)."""
 from __future__ import annotations
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 import numpy as np
-import lightgbm  # LightGBM: fast to fit on tens of rows, a lambdarank objective for cross-kernel ranking, a wheel with no build step
+if TYPE_CHECKING: import lightgbm
 
 MIN_FIT = 4   # measurements below which there is nothing to learn from
 ROUNDS = 60
@@ -26,6 +26,10 @@ class CostModel:
     """Fit on measured times (seconds, > 0); ValueError where fewer than MIN_FIT."""
     if len(times) < MIN_FIT: raise ValueError(f"{len(times)} measurements: a cost model needs {MIN_FIT} at least")
     if len(features) != len(times) or min(times) <= 0: raise ValueError("one positive time per feature vector")
+    # LightGBM: fast to fit on tens of rows, a lambdarank objective for cross-kernel ranking, a wheel with no build step;
+    # imported here, not with the module: with scipy it is ~0.4 CPU-s of every process that imports search.tune (the CLI's
+    # tune, a worker), most of which never fit a model (the beam strategy without a warm start's data)
+    import lightgbm
     data = lightgbm.Dataset(np.asarray(features, dtype=np.float64), np.log(np.asarray(times, dtype=np.float64)), params=DATASET)
     self.boosters = [lightgbm.train(dict(PARAMS, seed=self.seed + i), data, num_boost_round=ROUNDS) for i in range(MEMBERS)]
     return self
