@@ -48,9 +48,10 @@ def _hex(c: float) -> str: return float(c).hex()
 EXP2_Q = [_f(h) for h in ("0x1.62e42fefa39f7p-1", "0x1.ebfbdff82c590p-3", "0x1.c6b08d7044119p-5", "0x1.3b2ab6fba385fp-7",
                           "0x1.5d87fe908f88ap-10", "0x1.4309130378460p-13", "0x1.ffcb76789860fp-17", "0x1.62bfe46117445p-20",
                           "0x1.b6571de2f2351p-24", "0x1.e5e9f548e5725p-28")]
-# (2^r - 1) / r on [-1/2, 1/2] in float32 (exp2_float): each coefficient rounded to float, the rest refitted to what it left
-EXP2_QF = [_f(h) for h in ("0x1.62e430p-1", "0x1.ebfbe0p-3", "0x1.c6b044p-5", "0x1.3b2a66p-7", "0x1.5de962p-10", "0x1.4400e8p-13",
-                           "0x1.7f6db8p-17")]
+# (2^r - 1) / r on [-1/2, 1/2] in float32 (exp2_float), degree 5: each coefficient rounded to float, the rest refitted to
+# what it left (Lawson-weighted least squares, relative error of 1 + r*q at 60 digits): 2^-28.3, as degree 6's rounded
+# coefficients reached (2^-28.4), so a sixth FMA bought nothing
+EXP2_QF = [_f(h) for h in ("0x1.62e430p-1", "0x1.ebfbdcp-3", "0x1.c6af7ap-5", "0x1.3b2dcep-7", "0x1.5f0950p-10", "0x1.418000p-13")]
 # log2(1 + r) / r on [-0.0313, 0.0313]
 LOG2_L = [_f(h) for h in ("0x1.71547652b82f9p+0", "-0x1.71547652b82f5p-1", "0x1.ec709dc4463d7p-2", "-0x1.715476534d954p-2",
                           "0x1.2776b822359a5p-2", "-0x1.ec70867fb007dp-3", "0x1.a6bc3d4739faep-3", "-0x1.71e8d575af513p-3")]
@@ -86,7 +87,8 @@ def _types(n: int) -> str:
   return (f"typedef float tsvc_f{n} __attribute__((vector_size({4 * n})));\n"
           f"typedef double tsvc_d{n} __attribute__((vector_size({8 * n})));\n"
           f"typedef long long tsvc_l{n} __attribute__((vector_size({8 * n})));\n"
-          f"typedef int tsvc_i{n} __attribute__((vector_size({4 * n})));\n")  # exp2_float's
+          f"typedef int tsvc_i{n} __attribute__((vector_size({4 * n})));\n"  # exp2_float's
+          f"typedef unsigned tsvc_u{n} __attribute__((vector_size({4 * n})));\n")  # its exponent added, modulo 2^32
 
 # vector bytes -> (the macro saying x86 has an FMA of that size, its intrinsics' prefix and vector type, and gcc's own
 # builtins of them, what <immintrin.h> wraps: the float32 and float64 calls)
@@ -214,31 +216,44 @@ SCALEF_X86 = {4: ("__AVX512VL__", "_mm_scalef_ps", "__m128", "__builtin_ia32_sca
               16: ("__AVX512F__", "_mm512_scalef_ps", "__m512", "__builtin_ia32_scalefps512_mask(p, k, p, (unsigned short)-1, 4)")}
 
 def _exp2_float(n: int) -> str:
-  """EXP2 on n float lanes within 0.87 ulp (tests/test_vecmath.py measures every input): twice the lanes of the double
-  path a register, and no conversions. x = k + r (k = round(x), |r| <= 1/2, exact) after clamping x to [-151, 129];
-  2^r = 1 + r*q(r), q of degree 6 (relative error 2^-28.4 with float coefficients, each rounded then the rest refitted),
-  Horner's scheme in fused multiply-adds: the last one's rounding (1/2 ulp) and q's (at most 1/4 ulp of the result, at
-  r = -1/2) are the error. p * 2^k by vscalefps where the ISA has it, else as two normal powers of two, so that
-  p * 2^k1 is exact and * 2^k2 rounds once, subnormal results included."""
-  f, i = f"tsvc_f{n}", f"tsvc_i{n}"
-  scale = f"  {i} k = ({i})t - 0x4b400000, k1 = k >> 1;\n  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n"
-  if n in SCALEF_X86:
-    guard, fn, m, builtin = SCALEF_X86[n]
-    scale = (f"#if defined({guard}) && defined(__clang__)\n  return ({f}){fn}(({m})p, ({m})(t - 0x1.8p+23f));\n"
-             f"#elif defined({guard})\n  {f} k = t - 0x1.8p+23f;\n  return {builtin};\n#else\n{scale}#endif\n")
+  """EXP2 on n float lanes within 0.90 ulp (tests/test_vecmath.py measures every input): twice the lanes of the double
+  path a register, and no conversions. x = k + r (k = round(x), |r| <= 1/2, exact); 2^r = 1 + r*q(r), q of degree 5
+  (relative error 2^-28.3 with float coefficients, each rounded then the rest refitted), Horner's scheme in fused
+  multiply-adds: the last one's rounding (1/2 ulp) and q's (at most 0.3 ulp of the result, at r = -1/2) are the error
+  (0.80 ulp; 0.90 where a subnormal result rounds p * 2^k once more). Where every lane's x is in [-125, 127] (its result
+  normal), p * 2^k is k added to p's exponent bits: two integer ops. A vector with a lane beyond (or NaN) takes the full
+  path whole (tsvc_exp2s_f{n}): x clamped to [-151, 129] (so that t holds k: 0 and inf results), p * 2^k by vscalefps
+  where the ISA has it (one instruction, rounded once; there the full path is the only one: its clamps cost what the
+  fast path's test does), else as two normal powers of two, so that p * 2^k1 is exact and * 2^k2 rounds once, subnormal
+  results included. softmax's exp-sum (4096x1024, 1 thread, Zen 1) ... ms."""
+  f, i, u = f"tsvc_f{n}", f"tsvc_i{n}", f"tsvc_u{n}"
+  poly = (f"  {f} t = x + 0x1.8p+23f;  /* rounds x to an integer, kept in t's low mantissa bits */\n"
+          f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {_horner(n, 'r', EXP2_QF)}, (({f}){{}}+1.0f));\n")
   clamp = lambda cmp, v: f"  m = x {cmp} {float(v).hex()}f;\n  x = ({f})((m & ({i})(({f}){{}}+{float(v).hex()}f)) | (~m & ({i})x));\n"
-  return (f"{_INLINE} {f} tsvc_exp2_f{n}({f} x) {{\n  {i} m;\n{clamp('>', 129)}{clamp('<', -151)}"
-          f"  {f} t = x + 0x1.8p+23f;  /* rounds x to an integer, kept in t's low mantissa bits */\n"
-          f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {_horner(n, 'r', EXP2_QF)}, (({f}){{}}+1.0f));\n"
-          f"{scale}}}\n")
+  full = lambda name, scale: f"{_INLINE} {f} {name}({f} x) {{\n  {i} m;\n{clamp('>', 129)}{clamp('<', -151)}{poly}{scale}}}\n"
+  powers = f"  {i} k = ({i})t - 0x4b400000, k1 = k >> 1;\n  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n"
+  # x - 1 in [-126, 126] exactly where x is in [-125, 127] (both ends' binade [64, 128): exact), NaN's bits above all
+  fast = (f"{_INLINE} {f} tsvc_exp2_f{n}({f} x) {{\n"
+          f"  if (__builtin_expect(tsvc_any_i{n}((({i})(x - 1.0f) & 0x7fffffff) > 0x42fc0000), 0)) return tsvc_exp2s_f{n}(x);\n"
+          f"{poly}  return ({f})(({u})p + (({u})t << 23));  /* k << 23: t's bits 0x4b400000 + k, shifted, modulo 2^32 */\n}}\n")
+  if n not in SCALEF_X86: return full(f"tsvc_exp2s_f{n}", powers) + fast
+  guard, fn, m, builtin = SCALEF_X86[n]
+  scalef = (f"  {f} k = t - 0x1.8p+23f;\n#if defined(__clang__)\n  return ({f}){fn}(({m})p, ({m})k);\n"
+            f"#else\n  return {builtin};\n#endif\n")
+  return f"#if defined({guard})\n{full(f'tsvc_exp2_f{n}', scalef)}#else\n{full(f'tsvc_exp2s_f{n}', powers)}{fast}#endif\n"
 
 def _any_i(n: int) -> str:
-  """tsvc_any_i{n}: is any lane of an int mask set (halves OR-ed down to 4 lanes; a branch's test, off the data's path)."""
+  """tsvc_any_i{n}: is any lane of an int mask set (a branch's test, off the data's path): the lanes' sign bits in one
+  movmskps where x86 has it at that width (gcc's and clang's builtin; OR-ed lane extracts were 8 instructions at 8 lanes),
+  else halves OR-ed down to 4 lanes."""
   h = n // 2
-  body = "return (m[0] | m[1] | m[2] | m[3]) != 0;" if n == 4 else "return m[0] != 0;" if n == 1 else \
+  movmsk = {4: ("__SSE__", "__builtin_ia32_movmskps"), 8: ("__AVX__", "__builtin_ia32_movmskps256")}
+  body = "return m[0] != 0;" if n == 1 else "return (m[0] | m[1] | m[2] | m[3]) != 0;" if n == 4 else \
     f"return tsvc_any_i{h}(__builtin_shufflevector(m, m, {', '.join(map(str, range(h)))}) | " \
     f"__builtin_shufflevector(m, m, {', '.join(map(str, range(h, n)))}));"
-  return f"{_INLINE} int tsvc_any_i{n}(tsvc_i{n} m) {{\n  {body}\n}}\n"
+  body = f"  {body}\n"
+  if n in movmsk: body = f"#if defined({movmsk[n][0]})\n  return {movmsk[n][1]}((tsvc_f{n})m) != 0;\n#else\n{body}#endif\n"
+  return f"{_INLINE} int tsvc_any_i{n}(tsvc_i{n} m) {{\n{body}}}\n"
 
 def _sin_float(n: int) -> str:
   """SIN on n float lanes within the contract (tests/test_vecmath.py measures every input), for |x| <= 2^15; a vector with
