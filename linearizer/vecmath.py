@@ -227,15 +227,17 @@ def _exp2_float(n: int) -> str:
   fast path's test does), else as two normal powers of two, so that p * 2^k1 is exact and * 2^k2 rounds once, subnormal
   results included. softmax's exp-sum (4096x1024, 1 thread, Zen 1) ... ms."""
   f, i, u = f"tsvc_f{n}", f"tsvc_i{n}", f"tsvc_u{n}"
-  poly = (f"  {f} t = x + 0x1.8p+23f;  /* rounds x to an integer, kept in t's low mantissa bits */\n"
-          f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {_horner(n, 'r', EXP2_QF)}, (({f}){{}}+1.0f));\n")
+  poly = (f"  {f} r = x - (t - 0x1.8p+23f);\n  {f} p = tsvc_fma_f{n}(r, {_horner(n, 'r', EXP2_QF)}, (({f}){{}}+1.0f));\n")
   clamp = lambda cmp, v: f"  m = x {cmp} {float(v).hex()}f;\n  x = ({f})((m & ({i})(({f}){{}}+{float(v).hex()}f)) | (~m & ({i})x));\n"
-  full = lambda name, scale: f"{_INLINE} {f} {name}({f} x) {{\n  {i} m;\n{clamp('>', 129)}{clamp('<', -151)}{poly}{scale}}}\n"
+  full = lambda name, scale: (f"{_INLINE} {f} {name}({f} x) {{\n  {i} m;\n{clamp('>', 129)}{clamp('<', -151)}"
+                              f"  {f} t = x + 0x1.8p+23f;  /* rounds x to an integer, kept in t's low mantissa bits */\n{poly}{scale}}}\n")
   powers = f"  {i} k = ({i})t - 0x4b400000, k1 = k >> 1;\n  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n"
-  # x - 1 in [-126, 126] exactly where x is in [-125, 127] (both ends' binade [64, 128): exact), NaN's bits above all
-  fast = (f"{_INLINE} {f} tsvc_exp2_f{n}({f} x) {{\n"
-          f"  if (__builtin_expect(tsvc_any_i{n}((({i})(x - 1.0f) & 0x7fffffff) > 0x42fc0000), 0)) return tsvc_exp2s_f{n}(x);\n"
-          f"{poly}  return ({f})(({u})p + (({u})t << 23));  /* k << 23: t's bits 0x4b400000 + k, shifted, modulo 2^32 */\n}}\n")
+  # t's bits are 0x4b400000 + k for |x| < 2^22 and beyond that range else (NaN, inf, larger x): k in [-125, 127] is
+  # their offset from 0x4b400000 - 125 at most 252 unsigned, signed after adding 2^31 (AVX2 compares only signed)
+  fast = (f"{_INLINE} {f} tsvc_exp2_f{n}({f} x) {{\n  {f} t = x + 0x1.8p+23f;  /* rounds x to an integer, kept in t's low mantissa bits */\n"
+          f"  if (__builtin_expect(tsvc_any_i{n}(({i})(({u})t + {2**31 - (0x4b400000 - 125):#x}u) > {-2**31 + 252}), 0)) "
+          f"return tsvc_exp2s_f{n}(x);\n"
+          f"{poly}  return ({f})(({u})p + (({u})t << 23));  /* k << 23: t's bits shifted, modulo 2^32 */\n}}\n")
   if n not in SCALEF_X86: return full(f"tsvc_exp2s_f{n}", powers) + fast
   guard, fn, m, builtin = SCALEF_X86[n]
   scalef = (f"  {f} k = t - 0x1.8p+23f;\n#if defined(__clang__)\n  return ({f}){fn}(({m})p, ({m})k);\n"
