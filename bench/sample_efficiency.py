@@ -3,7 +3,8 @@
 For N corpus kernels (a seeded pick of float32 kernels without variables, of --min-pos..--max-pos output positions x
 reduce size, none of those the shipped prior was measured on): a reference beam search (beam --ref-beam, no candidate
 budget, capped at --ref-budget-s seconds: as close to exhaustive as the machine allows) and a model-guided one
-(strategy=model, beam --ref-beam, --measure-top a round) are run, the two in alternating order kernel by kernel. Per
+(strategy=model, beam --model-beam, --measure-top a round, --patience) are run, the two in alternating order kernel by
+kernel, each given the whole budget whatever the kernel's worth (worth_s 0: the reference is cut by its cap alone). Per
 strategy: the candidates measured until the first verified one within 95% of the speed of the fastest schedule either
 found (the beam's own count read off the reference run, in measuring order), and how many it measured in all. Speeds
 are compared re-timed side by side in this process (the fastest: each search's three fastest together; then each
@@ -12,8 +13,10 @@ against the reference run's measured times of a cost model fitted on a seeded 3/
 held-back quarter (tau), and of the prior shipped for this CPU's family (search/prior.py, fitted on other kernels)
 ranking all of them (prior_tau). Per kernel, recorded beside it: the candidates' mean other load while timed, the wait
 for a quiet machine before it (--quiet-wait) and the load it ended at, the load average, the CPU, the device family, the
-commit. The defaults are issue 13's run (100 kernels, the reference an exhaustive beam 8 with no budget: hours); --json
-is written after every kernel, so a run can be stopped and gone on with (--resume), on a quiet machine at a time.
+commit, each search's wall time (a reference that took its whole cap was cut: not exhaustive). A kernel whose search
+ran nothing or whose winner mismatched here is recorded with its error (summary's "failed"). The defaults are issue 13's
+run (100 kernels, the reference an exhaustive beam 8 with no budget: hours); --json is written after every kernel, so a
+run can be stopped and gone on with (--resume), on a quiet machine at a time.
 
   python bench/sample_efficiency.py --quiet-wait 60 --json sample_efficiency.json [--resume]
   python bench/sample_efficiency.py --kernels 3 --ref-beam 2 --ref-budget-s 60     # a quick look
@@ -36,7 +39,7 @@ from search.settings import SearchSettings
 from search.load import wait_quiet
 from cpu_kernels import QUIET, measure  # and libgomp's short spin for the THREAD candidates (GOMP_SPINCOUNT)
 from warm_start import Timed
-from search.tune import tune
+from search.tune import SearchError, tune
 
 CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in the checkout, as tests/conftest.py
 
@@ -98,11 +101,14 @@ def taus(ast, r: SearchResult, seed: int) -> tuple[float | None, float | None]:
 
 
 def summary(rows: list[dict]) -> dict:
-  out: dict = {}
+  out: dict = {"failed": [r["kernel"] for r in rows if "error" in r]}
+  rows = [r for r in rows if "error" not in r]
   for who in ("beam", "model"):
     got = [r[f"{who}_to_95"] for r in rows if r[f"{who}_to_95"] is not None]
     out[f"{who}_reached_95"] = f"{len(got)}/{len(rows)}"  # the median is over these only: a run that never got there has no count
     out[f"{who}_to_95_median"] = statistics.median(got) if got else None
+    out[f"{who}_to_95_quartiles"] = statistics.quantiles(got, n=4) if len(got) > 1 else None
+  for k in ("tau", "prior_tau"): out[f"{k}_median"] = statistics.median(t) if (t := [r[k] for r in rows if r[k] is not None]) else None
   return out
 
 
@@ -116,13 +122,16 @@ def main() -> None:
   p.add_argument("--max-pos", type=int, default=1 << 20)
   p.add_argument("--ref-beam", type=int, default=8, help="the reference beam's width (default 8: issue 13's exhaustive beam)")
   p.add_argument("--ref-budget-s", type=float, default=86400.0, help="its cap in seconds (default a day: no budget)")
-  p.add_argument("--measure-top", type=int, default=6)
+  # the model strategy as it would run: its own beam width and patience (search/settings.py's defaults), not the reference's
+  p.add_argument("--model-beam", type=int, default=4)
+  p.add_argument("--measure-top", type=int, default=9)
+  p.add_argument("--patience", type=int, default=1)
   p.add_argument("--quiet-wait", type=float, default=0.0, metavar="S", help="before each kernel, wait up to S s for the rest of the "
                  f"machine to use under {QUIET} cores (the wait and the load it ended at are recorded)")
   p.add_argument("--json", type=Path, help="written after every kernel; with --resume, the kernels it holds are not run again")
   p.add_argument("--resume", action="store_true", help="go on from --json's rows (a run of the same settings: refused otherwise)")
   a = p.parse_args()
-  settings = {k: getattr(a, k) for k in ("seed", "min_pos", "max_pos", "ref_beam", "ref_budget_s", "measure_top")}
+  settings = {k: getattr(a, k) for k in ("seed", "min_pos", "max_pos", "ref_beam", "ref_budget_s", "model_beam", "measure_top", "patience")}
   out = {"command": " ".join(sys.argv), "settings": settings, "rows": []}
   if a.resume:
     if a.json is None or not a.json.exists(): raise SystemExit("--resume needs an existing --json")
@@ -130,25 +139,29 @@ def main() -> None:
     if out.get("settings") != settings: raise SystemExit(f"--resume: {a.json} was run with {out.get('settings')}, not {settings}")
   done = {r["kernel"] for r in out["rows"]}
   commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-  common = dict(beam=a.ref_beam, budget_s=a.ref_budget_s, min_time_s=0.005, final_rounds=1, on_busy="store")
+  common = dict(budget_s=a.ref_budget_s, worth_s=0, min_time_s=0.005, final_rounds=1, on_busy="store")
   for i, ast in enumerate(pick(a.kernels, a.seed, a.min_pos, a.max_pos)):
     if ast.name in done: continue
     waited, load = wait_quiet(QUIET, a.quiet_wait) if a.quiet_wait > 0 else (0.0, None)
     runs: dict[str, SearchResult] = {}
-    for who in (("beam", "model") if i % 2 == 0 else ("model", "beam")):
-      t = time.monotonic()
-      model = {"strategy": "model", "measure_top": a.measure_top} if who == "model" else {"strategy": "beam"}
-      runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **model)))
-      print(f"{ast.name} {who}: {len(runs[who].candidates)} candidates, {time.monotonic() - t:.1f} s", file=sys.stderr)
-    timed = Timed(ast, a.seed)  # inputs and the reference made once for every re-timing of this kernel
-    best, best_s, best_fn = best_schedule(timed, runs)
-    out["rows"].append({"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best_s, "best_opts": best,
-                        **{f"{who}_to_95": to_95(timed, r, best_fn, best_s) for who, r in runs.items()},
-                        **{f"{who}_measured": len(r.candidates) for who, r in runs.items()},
-                        **dict(zip(("tau", "prior_tau"), taus(ast, runs["beam"], a.seed))),
-                        "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2),
-                        "quiet_wait_s": round(waited, 1), "load_at_start": None if load is None else round(load, 2),
-                        "cpu": cpu.fingerprint()["cpu"], "family": prior.family(cpu.options()), "commit": commit,
+    try:
+      for who in (("beam", "model") if i % 2 == 0 else ("model", "beam")):
+        model = {"strategy": "model", "beam": a.model_beam, "measure_top": a.measure_top, "patience": a.patience} if who == "model" \
+          else {"strategy": "beam", "beam": a.ref_beam}
+        runs[who] = tune(ast, settings=SearchSettings.from_json(dict(common, **model)))
+        print(f"{ast.name} {who}: {len(runs[who].candidates)} candidates, {runs[who].search_s:.1f} s", file=sys.stderr)
+      timed = Timed(ast, a.seed)  # inputs and the reference made once for every re-timing of this kernel
+      best, best_s, best_fn = best_schedule(timed, runs)
+      row = {"kernel": ast.name, "shape": [int(x) for x in ast.full_shape], "best_s": best_s, "best_opts": best,
+             **{f"{who}_to_95": to_95(timed, r, best_fn, best_s) for who, r in runs.items()},
+             **{f"{who}_measured": len(r.candidates) for who, r in runs.items()},
+             **{f"{who}_search_s": round(r.search_s, 1) for who, r in runs.items()},
+             **dict(zip(("tau", "prior_tau"), taus(ast, runs["beam"], a.seed))),
+             "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2),
+             "quiet_wait_s": round(waited, 1), "load_at_start": None if load is None else round(load, 2)}
+    except (SearchError, AssertionError) as e:  # nothing ran, or a schedule mismatched here: recorded, not run again on --resume
+      row = {"kernel": ast.name, "error": f"{type(e).__name__}: {e}"}
+    out["rows"].append({**row, "cpu": cpu.fingerprint()["cpu"], "family": prior.family(cpu.options()), "commit": commit,
                         "loadavg": Path("/proc/loadavg").read_text().split()[:3], "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})
     print(json.dumps(out["rows"][-1]))
     out.update(summary(out["rows"]))
