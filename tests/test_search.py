@@ -1,6 +1,7 @@
 import contextlib, json, math, os, subprocess, sys, threading, time
 from pathlib import Path
 from types import SimpleNamespace
+import numpy as np
 import pytest
 from devices import cpu
 from linearizer.builders import matmul, reduce
@@ -9,7 +10,8 @@ from linearizer.kernel import Kernel, Opt
 from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, busiest, children, thread_amounts
 from search.beam import BeamStrategy
-from search.builder import RenderBug
+from search.model_beam import ModelBeamStrategy
+from search.builder import Build, RenderBug
 from search.cache import ResultCache
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
@@ -446,6 +448,41 @@ def test_a_round_whose_fastest_all_run_threaded_checks_its_fastest_one_core_chil
   search.libs = {c.source_hash: SimpleNamespace(binary=c.source_hash.encode(), name="kernel") for c in rnd}
   search.verify_fastest(list(reversed(rnd)))
   assert checked == ["t2", "t3", "t4", "t5", "one2"]  # the beam's four, then the fastest one-core (6 ms < the seed's 9)
+
+
+class _Zeros:
+  """A fitted model's stand-in that ranks every child alike (the order they were generated in)."""
+  def estimate(self, features): return np.zeros(len(features)), np.zeros(len(features))
+
+
+@pytest.mark.parametrize("lucky", [True, False])
+def test_a_round_stopped_early_against_a_lucky_seed_timing_is_timed_again_against_the_seed_retimed(lucky):
+  # BUSY, sum_rows_4096: the hand-coded seed timed 2.4 ms in a second when the other core was free (~4x under its usual),
+  # every round-1 child was stopped early (SLOW, 3x that), and a patience-0 model search ended at round 1 with the seed
+  k = Kernel(reduce("SUM", (256, 256), (1,)), cpu.options())
+  calls: list[str] = []
+  def took(opts: str) -> float:  # the seed: 1 ms once (lucky) then 4 ms, or 1 ms always; children 5 ms; deeper 2 ms
+    if opts == "()": return 1e-3 if not lucky or calls.count(opts) == 1 else 4e-3
+    return 5e-3 if opts.count("Opt(") == 1 else 2e-3
+  class Runner:
+    def measure(self, lib, name, *, check, early_stop_s=None, **kw):
+      calls.append(lib.decode())
+      t = took(lib.decode())
+      return Measurement(Status.SLOW, [t]) if early_stop_s is not None and t > early_stop_s else Measurement(Status.OK, [t], verified=check)
+  class Builder:  # each schedule its own library, named by its opts
+    def build(self, kernels, deadline, stop, limit):
+      yield from (Build(k, source_hash=repr(tuple(k.applied_opts)), binary=repr(tuple(k.applied_opts)).encode()) for k in kernels[:limit])
+  s = SearchSettings.from_json(dict(beam=2, measure_top=3, patience=0, max_rounds=2))
+  search = search_tune._Search(cpu, s, Builder(), SimpleNamespace(paused=contextlib.nullcontext), Runner(), None, None, hand_opts=[])
+  measured = drive(ModelBeamStrategy([k.copy()], actions_for(k.options), s.strategy, fitted=_Zeros()), search.measure)
+  round1 = [c for _, c in measured if c.round == 1]
+  if lucky:  # re-timed at 4 ms, the bar is 12 ms: the children run in full, the fastest verified, and the search goes on
+    assert calls.count("()") == 2 and all(c.status is Status.OK for c in round1) and any(c.verified for c in round1)
+    assert min(c.min_s for _, c in measured if c.round == 2) == 2e-3  # round 2: its children, 2 ms
+  else:  # the seed really is 5x faster: re-timed once a batch (the round's best-ranked, then its next: the cut's rest), no
+    # child again, and the round ends the search as before
+    assert calls.count("()") == 3 and all(calls.count(c.source_hash) == 1 for c in round1)
+    assert all(c.status is Status.SLOW for c in round1) and not any(c.round == 2 for _, c in measured)
 
 
 def test_the_beam_says_which_rounds_can_end_the_search():
