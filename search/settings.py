@@ -29,9 +29,10 @@ class StrategyKind(StrEnum):
   """Which strategy proposes: BEAM (the default) measures every child of the beam; MODEL (search/model_beam.py) measures
   only the children a cost model ranks fastest, measure_top a round: the model shipped for the device's family
   (search/prior.py) from round 1, else one trained on the search's own measurements once it has enough. Not the default
-  yet: cut to 5 a round without a patience round (and a round's best-ranked threaded child where those hold none) it
-  searched 0.6-8.2 s against the beam's 2.0-15.6 s on a quiet run of bench/search_vs_tinygrad.py's 12 kernels, but its
-  winners were 0.984x the beam's (geomean; one kernel 0.82x): not yet "at least today's" (docs/benchmarks.md)."""
+  yet (docs/benchmarks.md, bench/strategy_ab.py): at these defaults, BUSY on an AVX2 host with a stale prior, its winners
+  were 0.948x and 0.984x the beam's on the two memory-bound kernels (median of 3 pairs; single pairs 0.80x, 0.86x) for
+  1.6-3.5x fewer candidates but barely shorter searches; cut to 5 without patience it searches 2.5-7x shorter and loses
+  more. Wanted first: priors of today's code for both families, then the same bench quiet."""
   BEAM = "beam"
   MODEL = "model"
 
