@@ -16,15 +16,27 @@ from linearizer.render_c import render_c
 
 
 @functools.cache
-def _cpuinfo() -> tuple[str, frozenset[str]]:
-  """(model name, ISA flags) of the first CPU in /proc/cpuinfo ("Features" on ARM); empty where there is none."""
+@functools.cache
+def _cpu_fields() -> dict[str, str]:
+  """The first CPU's fields of /proc/cpuinfo, names lower-cased; empty where there is none."""
   try: text = Path("/proc/cpuinfo").read_text()
-  except OSError: return platform.processor(), frozenset()
+  except OSError: return {}
   kv: dict[str, str] = {}
   for line in text.splitlines():
     k, _, v = line.partition(":")
     kv.setdefault(k.strip().lower(), v.strip())
+  return kv
+
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+  """(model name, ISA flags) of the first CPU ("Features" on ARM)."""
+  if not (kv := _cpu_fields()): return platform.processor(), frozenset()
   return kv.get("model name") or kv.get("cpu part", ""), frozenset(kv.get("flags", kv.get("features", "")).split())
+
+def _half_width_fma(isa: frozenset[str]) -> bool:
+  """AMD family 25 (Zen 3 and 4) with AVX-512, i.e. Zen 4, which runs a 512-bit FMA as two 256-bit halves: one a cycle
+  where Intel's AVX-512 cores issue two (LinearizerOptions.half_width_fma)."""
+  kv = _cpu_fields()
+  return "avx512f" in isa and kv.get("vendor_id") == "AuthenticAMD" and kv.get("cpu family") == "25"
 
 @functools.cache
 def stream_store_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> Optional[int]:
@@ -237,4 +249,4 @@ def options() -> LinearizerOptions:
   widths: tuple[int, ...] = (4, 8, 16) if "avx512f" in isa else (4, 8) if "avx" in isa else (4,)
   if (cap := _lanes_cap()) is not None: widths = tuple(w for w in widths if w <= cap)
   return LinearizerOptions("CPU", has_local=False, has_shared=False, has_threads=True, supports_float4=True,
-                           float_vector_widths=widths, threads=_threads())
+                           float_vector_widths=widths, threads=_threads(), half_width_fma=max(widths) >= 16 and _half_width_fma(isa))

@@ -54,10 +54,10 @@ AVX2_TILE, AVX2_TILE_VECTORS = 4, 2
 # 0.86-0.87x (2 threads 0.89-0.90x vs 0.92-0.94x). 8x2 (values first: 4 accumulators spilled) 0.92x, eager (lower)
 # 0.98-1.03x, no better than 4x4 and a codegen change for every AVX-512 tile; 6x4, 12x2 and 14x2 over padded rows
 # 0.54-0.66x (the padding's masks spill); A packed too (_packed_rows: B's block copied again every 128 rows) 0.79-0.91x.
-# The 1x1 convs it takes as well ran 1.00-1.12x (sops_619 2.7x: B's block packed now). On Zen 4 (one 512-bit FMA a
-# cycle, 2 loads, 32 registers) it cannot lose in the core: under half the loads a FMA (8 for 16; 8x1: 9 for 8), twice
-# the chains, no spills; what it reads more of is B's block from L2, a vector per 4 FMAs, not 8 (16 B a cycle there,
-# half what Zen 3's L2 gives)
+# The 1x1 convs it takes as well ran 1.00-1.12x (sops_619 2.7x: B's block packed now). Zen 4 (one 512-bit FMA a cycle,
+# as two halves: LinearizerOptions.half_width_fma) keeps 8 x 1 (no register tile): there 4 x 4 lost, QUIET, 1 thread,
+# interleaved runs against OpenBLAS: 1024 0.87-0.90x vs 8 x 1's 1.12-1.13x, 2048 0.80x vs 0.98-1.02x (main 63944a4 vs
+# 7b7bf29)
 AVX512_TILE, AVX512_TILE_VECTORS = 4, 4
 REGISTER_TILES = {8: (AVX2_TILE, AVX2_TILE_VECTORS), 16: (AVX512_TILE, AVX512_TILE_VECTORS)}  # vector width: (rows, vectors)
 # AVX-512, an NT matmul over a reduce of at most SHORT_REDUCE (attention's Q K^T): _packed_columns' vector along the
@@ -463,7 +463,8 @@ def _register_tile(k: Kernel, vec: int, width: int) -> bool:
   """CPUs, a matmul whose reduce is long enough for _cache_blocks to block it, its vector axis `vec` upcast to one
   vector of `width` lanes: the tile REGISTER_TILES[width] (rows x vectors of columns; step 1's _tile would take 8 rows of
   one vector). Applied to a copy, kept only whole."""
-  if width not in REGISTER_TILES or (ops := _matmul_operands(k, vec)) is None: return False
+  if width not in REGISTER_TILES or width == 16 and k.options.half_width_fma or (ops := _matmul_operands(k, vec)) is None:
+    return False
   last = k.shape_len - k.upcasted - 1
   if not k.is_reduce_axis(last) or not isinstance(size := k.full_shape[last], int) or size < 2 * BLOCK_K: return False
   t, (rows, vectors) = k.copy(), REGISTER_TILES[width]

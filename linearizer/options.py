@@ -26,6 +26,9 @@ class LinearizerOptions:
   local_size_max: int = 1024                   # work-items in one work-group
   shared_max: int = 0
   threads: int = 1
+  # the widest vectors' FMAs run as two halves, one a cycle (AMD Zen 4's AVX-512), not at full width (Intel's AVX-512
+  # cores issue two a cycle): the CPU matmul's register tile follows it (linearizer.heuristic.REGISTER_TILES)
+  half_width_fma: bool = False
 
   # AVX-512's vectors of 16 floats, and with them 32 registers (AVX2's 8-float ones come with 16): the register budgets
   # of the CPU tiles (linearizer.heuristic, linearizer.lower) follow from it

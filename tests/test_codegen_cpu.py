@@ -189,10 +189,10 @@ def test_a_packed_copy_is_made_once_per_block_of_the_axes_it_varies_along():
 def test_hand_coded_schedule_blocks_and_packs_a_large_matmul_only():
   k = matmul(512, 512, 512)
   for widths in ((4, 8, 16), (4, 8)):
-    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths, threads=2)))
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=widths, threads=2, half_width_fma=False)))
     blocks, packs = [(o.axis, o.amt) for o in opts if o.op == "BLOCK"], [o.axis for o in opts if o.op == "PACK"]
     threads, tile = [(o.axis, o.amt) for o in opts if o.op == "THREAD"], [(o.axis, o.amt) for o in opts if o.op == "UPCAST"]
-    if 16 in widths:  # a tile of 4 rows x 4 vectors; N's steps are 64 floats: K in 256s (unrolled by 2), N in 256s, B's
+    if 16 in widths:  # Intel's AVX-512: a tile of 4 rows x 4 vectors; N's steps are 64 floats: K in 256s (unrolled by 2), N in 256s, B's
       # block packed (A's copy lost there: tests/test_heuristic_matmul.py)
       assert (tile, blocks, packs, threads) == ([(1, 16), (1, 4), (0, 4)], [(2, 128), (2, 4)], [2], [(2, 2)]), opts
     else:  # AVX2: a tile of 4 rows x 2 vectors (6 loads a step of 8 FMAs, not 8x1's 9); K in 256s, M in 128 rows (32
