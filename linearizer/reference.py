@@ -16,8 +16,9 @@ It is the golden answer for every generated kernel, so the semantics are spelled
   implementations, and what checks them (tests/test_vecmath.py: every float32, float16 and bfloat16 input; a sample
   of float64 ones):
     C        float32 (and float16/bfloat16 through it): linearizer.vecmath, scalar and on 4/8/16-lane vectors: EXP2 on
-             float lanes within 0.88 ulp where the ISA has an FMA, LOG2, SIN (and EXP2 without an FMA) through doubles,
-             correctly rounded; |x| >= 2^22 in SIN through libm's double sin, rounded. float64: glibc's exp2/log2/sin.
+             float lanes within 0.88 ulp and SIN within 0.72 ulp for |x| <= 2^15 where the ISA has an FMA; LOG2, the
+             larger SIN arguments (and EXP2 and SIN without an FMA) through doubles, correctly rounded; |x| >= 2^22 in
+             SIN through libm's double sin, rounded. float64: glibc's exp2/log2/sin.
     OpenCL, CUDA, HIP  float32 and narrower: the language's double exp2/log2/sin rounded to the dtype (never the
              native_/half_/__exp2f intrinsics): <= 4 ulp of a double is far inside half a float32 ulp. float64: those
              double functions, within 3 (EXP2, LOG2) and 4 (SIN) ulps by the OpenCL spec, 1/1/2 by CUDA's guide.
