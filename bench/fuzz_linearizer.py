@@ -7,6 +7,7 @@
   .venv/bin/python bench/fuzz_linearizer.py --corpus k.jsonl --builders 0 --asan  # only k.jsonl, under AddressSanitizer
   .venv/bin/python bench/fuzz_linearizer.py --per-kernel 1 --hand-coded       # each kernel's hand-coded schedule + 0-4 opts
   .venv/bin/python bench/fuzz_linearizer.py --replay fuzz_failures/MISMATCH-corpus_sops_7046-1a2b3c4d.json
+  ... --per-kernel 3 --builders 0 --seed 17 --device OPENCL --sources a.txt  # each case's source hash, nothing run: diff two commits'
 
 Each case (linearizer.fuzz) is a kernel, 0-4 random opts the Kernel accepted (drawn among the device's ops and, now
 and then, ops it lacks, which must raise OptError), variable values in bounds and a data seed; a worker draws it from
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable without installing the package
 sys.path.insert(0, str(ROOT / "tests"))  # the harness, tests/fuzz_harness.py, which the tests import too
 from build_cache import BUILD_CACHE  # noqa: E402
-from fuzz_harness import CORPUS, EXAMPLES, Pool, fuzz, kernel_pool, replay, table  # noqa: E402
+from fuzz_harness import CORPUS, EXAMPLES, Pool, fuzz, kernel_pool, replay, source_hashes, table  # noqa: E402
 from linearizer.fuzz import Outcome  # noqa: E402
 
 
@@ -65,12 +66,19 @@ def main(argv: Optional[list[str]] = None) -> int:
   p.add_argument("--progress", type=int, default=0, metavar="N", help="print the counts so far every N cases")
   p.add_argument("--first", type=int, default=0, metavar="N", help="start at case N of the run, the cases before it drawn but not run: "
                  "a long run resumed where it stopped (its last --progress count), or split in parts")
+  p.add_argument("--sources", type=Path, metavar="FILE", help="compile and run nothing: write each case's label, seed and its source's "
+                 "sha256 to FILE; two commits' files equal line for line generate the same code, so a run at one stands for the other")
   args = p.parse_args(argv)
   if args.replay: return replay(args.replay, args.print_source, args.timeout, args.cpu_timeout)
   t0 = time.perf_counter()
   kernels, skipped = kernel_pool(args.corpus or [str(CORPUS), str(EXAMPLES)], args.builders, args.seed, args.max_positions, args.min_positions)
   if not kernels: raise SystemExit("no kernels to fuzz")
   if args.per_kernel: args.cases = args.per_kernel * len(kernels)
+  if args.sources:
+    args.sources.write_text("".join(f"{line}\n" for line in source_hashes(kernels, args.cases, args.seed, args.per_kernel, args.device,
+                                                                         args.max_positions, args.hand_coded)))
+    print(f"{args.cases} cases' source hashes in {args.sources} ({time.perf_counter() - t0:.1f} s)")
+    return 0
   runs = max(0, args.cases - args.first)
   print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); "
         f"{args.cases} cases{f', from case {args.first} on' if args.first else ''}, seed {args.seed}, {args.jobs} jobs on {args.device}"

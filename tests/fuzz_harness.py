@@ -275,6 +275,21 @@ def undrawn(kernels: list[tuple[str, dict]], cases: int, seed: int, per_kernel: 
   picks = [k for _ in range(per_kernel) for k in kernels] if per_kernel else (rng.choice(kernels) for _ in range(cases))
   for label, doc in picks: yield Case(doc, None, None, rng.getrandbits(32), label)
 
+def source_hashes(kernels: list[tuple[str, dict]], cases: int, seed: int, per_kernel: int, device: str, max_positions: int,
+                  hand_coded: bool = False) -> Iterator[str]:
+  """Each case of the run drawn, lowered and rendered, nothing compiled or run: "label seed sha256-of-its-source" (or the
+  error that stopped it). Two commits whose lines are equal generate the same source for every case, so a run at one
+  stands for the other on the same compiler."""
+  dev = registry.get(device)
+  options = dev.options()
+  for case in undrawn(kernels, cases, seed, per_kernel):
+    try:
+      k = load(case.doc)
+      kern = Kernel(k.rebased(), options).apply_opts(draw_case(case, k, options, max_positions, hand_coded).opts or [])
+      digest = hashlib.sha256(dev.render(lower(kern, "kernel")).encode()).hexdigest()
+    except Exception as e: digest = f"{type(e).__name__}: {e}".replace("\n", " ")
+    yield f"{case.label} {case.seed} {digest}"
+
 def save(case: Case, out: Path) -> Path:
   """The replay file of a failed case."""
   text = json.dumps(case.to_json())

@@ -172,3 +172,16 @@ def test_masked_kernels_under_padto_schedules_stay_inside_their_buffers_under_as
     exitcodes = pool.close()
   assert [c for c in done if c.status != "PASS"] == []
   assert exitcodes == [0, 0]  # every worker, each of which ran its cases in the ASan runtime, exits 0
+
+
+def test_source_hashes_name_each_case_of_the_run_and_its_code(tmp_path):
+  # the cases a run would run (undrawn's labels and seeds, in order), each with the sha256 of the source it would compile:
+  # a planted change to the code (the hand-coded schedule under every case) changes the hashes, the same draw does not
+  args = ("--corpus", str(F.EXAMPLES), "--builders", "0", "--per-kernel", "2", "--seed", "5", "--max-positions", "10000000000")
+  for name, extra in (("a", ()), ("b", ()), ("hand", ("--hand-coded",))):
+    assert (r := fuzz_script(*args, *extra, "--sources", str(tmp_path / name))).returncode == 0, r.stderr
+  a, b, hand = ((tmp_path / n).read_text().splitlines() for n in ("a", "b", "hand"))
+  kernels, _ = F.kernel_pool([str(F.EXAMPLES)], 0, 5, 10**10)
+  want = [f"{c.label} {c.seed}" for c in F.undrawn(kernels, 0, 5, 2)]
+  assert [line.rsplit(" ", 1)[0] for line in a] == want and all(re.fullmatch(r"[0-9a-f]{64}", line.rsplit(" ", 1)[1]) for line in a)
+  assert a == b and [line.rsplit(" ", 1)[0] for line in hand] == want and a != hand
