@@ -17,7 +17,7 @@ the load average, the CPU, the device family, the commit, each search's wall tim
 was cut: not exhaustive). A kernel whose search ran nothing or whose winner mismatched here is recorded with its error
 (summary's "failed"). The defaults are issue 13's run (100 kernels, the reference an exhaustive beam 8 with no budget:
 hours); --json is written after every kernel, so a run can be stopped and gone on with (--resume), on a quiet machine at
-a time.
+a time -- or on another host: the summary is then given per device family too.
 
   python bench/sample_efficiency.py --quiet-wait 60 --json sample_efficiency.json [--resume]
   python bench/sample_efficiency.py --kernels 3 --ref-beam 2 --ref-budget-s 60     # a quick look
@@ -104,7 +104,16 @@ def taus(ast, r: SearchResult, seed: int) -> tuple[float | None, float | None]:
 
 
 def summary(rows: list[dict]) -> dict:
-  out: dict = {"failed": [r["kernel"] for r in rows if "error" in r]}
+  """Over every row, and per device family where the rows mix families (a run resumed on another host: each family's
+  model strategy ranks by its own prior, and prior_tau is that prior's)."""
+  out = _summary(rows)
+  if len(families := sorted({r["family"] for r in rows})) > 1:
+    out["by_family"] = {f: _summary([r for r in rows if r["family"] == f]) for f in families}
+  return out
+
+
+def _summary(rows: list[dict]) -> dict:
+  out: dict = {"kernels": len(rows), "failed": [r["kernel"] for r in rows if "error" in r]}
   rows = [r for r in rows if "error" not in r]
   for who in ("beam", "model"):
     got = [r[f"{who}_to_95"] for r in rows if r[f"{who}_to_95"] is not None]
