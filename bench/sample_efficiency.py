@@ -40,6 +40,7 @@ from search.settings import SearchSettings
 from search.load import wait_quiet
 from cpu_kernels import QUIET, measure  # and libgomp's short spin for the THREAD candidates (GOMP_SPINCOUNT)
 from warm_start import Timed
+from search.builder import RenderBug
 from search.tune import SearchError, tune
 
 CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"  # in the checkout, as tests/conftest.py
@@ -171,7 +172,7 @@ def main() -> None:
              **dict(zip(("tau", "prior_tau"), taus(ast, runs["beam"], a.seed))),
              "other_load": round(statistics.mean(c.other_load for r in runs.values() for c in r.candidates), 2),
              "quiet_wait_s": round(waited, 1), "load_at_start": None if load is None else round(load, 2)}
-    except (SearchError, AssertionError) as e:  # nothing ran, or a schedule mismatched here: recorded, not run again on --resume
+    except (SearchError, RenderBug, AssertionError) as e:  # nothing ran, a bug, or a schedule mismatched here: recorded, not run again on --resume
       row = {"kernel": ast.name, "error": f"{type(e).__name__}: {e}"}
     out["rows"].append({**row, "cpu": cpu.fingerprint()["cpu"], "family": prior.family(cpu.options()), "commit": commit,
                         "loadavg": Path("/proc/loadavg").read_text().split()[:3], "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})

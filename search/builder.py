@@ -3,7 +3,8 @@
 A schedule renders (lowering, then the device's renderer) and its new sources compile; a source seen before is a
 duplicate and not built again. A build fails as too large (past MAX_UOPS, never compiled) or as a compile error (the
 candidate's failure, kept with the compiler's message). A render error is tunesvc's bug, not a failed candidate:
-lowering and rendering must take every schedule the Kernel accepted, so it raises RenderBug."""
+lowering and rendering must take every schedule the Kernel accepted, so it raises RenderBug; one that overran the pool's
+time limit fails as the candidate's TIMEOUT."""
 from __future__ import annotations
 import hashlib, importlib, threading, time
 from dataclasses import dataclass
@@ -99,6 +100,11 @@ class Builder:
         for t, ok, val in pool.results(timeout=max(0.0, min(deadline - time.monotonic(), 0.25))):  # wakes to see `stop`
           if t in rendering:
             k = rendering.pop(t)
+            # past the pool's limit, the candidate's: MAX_UOPS is known only once lowered, and lowering a schedule far past
+            # it took minutes at load 8 (sops_296's UPCAST 0 16, THREAD 0 2, UPCAST 1 16: 38,544 IR ops, 15.7 CPU-s)
+            if isinstance(val, TimeoutError):
+              yield _failed(Build(k), Status.TIMEOUT, f"lowering and rendering {val}")
+              continue
             if not ok: raise RenderBug(f"rendering {[o.to_json() for o in k.applied_opts]} failed: {val}")
             src, size, launch = val
             b = Build(k, ir_size=size, launch=launch)
@@ -117,7 +123,7 @@ class Builder:
             elif len(group) > 1:  # one bad source fails its batch: each again on its own
               compiling.update({pool.submit(compile_task, mod, b.source): [b] for b in group})
               for b in group: b.name = "kernel"
-            else: yield _failed(group[0], Status.COMPILE_ERROR, val)
+            else: yield _failed(group[0], Status.COMPILE_ERROR, str(val))
         if not rendering: flush()
     finally: pool.cancel()
 

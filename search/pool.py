@@ -112,7 +112,7 @@ class CompilePool:
         done.append((cast(int, s.ticket), ok, val))  # busy: each holds a ticket
         s.ticket = None
       for s in [s for s in busy.values() if s.ticket is not None and time.monotonic() > s.deadline]:
-        done.append((cast(int, s.ticket), False, f"timed out after {self.timeout_s:g} s"))
+        done.append((cast(int, s.ticket), False, TimeoutError(f"timed out after {self.timeout_s:g} s")))
         s.ticket = None
         self._replace(s)
       self._dispatch()

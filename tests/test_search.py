@@ -11,7 +11,7 @@ from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, busiest, children, thread_amounts
 from search.beam import BeamStrategy
 from search.model_beam import ModelBeamStrategy
-from search.builder import Build, RenderBug
+from search.builder import Build, Builder, RenderBug
 from search.cache import ResultCache
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
@@ -562,3 +562,11 @@ def test_a_compile_worker_that_died_idle_is_replaced_when_the_next_task_comes():
     for slot in pool._slots: slot.proc.kill(); slot.proc.join()  # its own: not the process's other children (the search workshop's)
     t = pool.submit(math.factorial, 6)
     assert list(pool.results()) == [(t, True, 720)]
+
+
+def test_a_render_past_the_pools_time_limit_fails_its_candidate_and_is_no_renderer_bug():
+  # lowering a schedule far past MAX_UOPS took minutes at load 8 (38,544 IR ops): the search ended with a RenderBug
+  k = matmul(64, 64, 64)
+  with CompilePool(1, timeout_s=0.01) as pool:  # shorter than a fresh worker's imports
+    (b,) = list(Builder(pool, "devices.cpu", k, cpu.options()).build([Kernel(k, cpu.options())]))
+  assert b.error is Status.TIMEOUT and "lowering and rendering timed out" in b.message
