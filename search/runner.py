@@ -24,7 +24,7 @@ from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.compare import compare
 from search.load import OtherLoad
-from search.pool import die_with_parent
+from search.pool import die_with_parent, start_alone
 from search.result import Status
 
 
@@ -141,7 +141,7 @@ class Runner:
   def _start(self) -> None:
     self.conn, child = self._ctx.Pipe()
     self.proc = self._ctx.Process(target=_main, args=(child, self.module), daemon=True)
-    self.proc.start()
+    start_alone(self.proc)
     child.close()
     if self.case: self.setup(*self.case)
 

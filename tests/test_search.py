@@ -1,9 +1,10 @@
-import contextlib, json, math, os, subprocess, sys, threading, time
+import contextlib, json, math, os, subprocess, sys, threading, time, types
 from pathlib import Path
 from types import SimpleNamespace
 import numpy as np
 import pytest
 from devices import cpu
+from devices.base import Binary
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
@@ -18,7 +19,7 @@ from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
 from search import load as search_load, tune as search_tune
-from search.runner import Measurement
+from search.runner import Measurement, Runner
 from search.tune import DeviceBusy, SearchStopped, tune
 from search.workshop import Workshop
 from linearizer.alike import sizes, structure
@@ -570,3 +571,20 @@ def test_a_render_past_the_pools_time_limit_fails_its_candidate_and_is_no_render
   with CompilePool(1, timeout_s=0.01) as pool:  # shorter than a fresh worker's imports
     (b,) = list(Builder(pool, "devices.cpu", k, cpu.options()).build([Kernel(k, cpu.options())]))
   assert b.error is Status.TIMEOUT and "lowering and rendering timed out" in b.message
+
+
+def test_a_compile_worker_and_a_runner_start_without_running_the_parents_main_script_again(tmp_path, monkeypatch):
+  # multiprocessing's spawn runs the parent's __main__ script again in each child: under a benchmark, its imports (scipy,
+  # the benchmark's glue) in every compile worker and runner it started
+  script = tmp_path / "script.py"
+  script.write_text(f"open({str(tmp_path / 'ran')!r}, 'a').write('ran')\n")
+  main = types.ModuleType("__main__")
+  main.__file__ = str(script)
+  monkeypatch.setitem(sys.modules, "__main__", main)
+  with CompilePool(1) as pool:
+    t = pool.submit(math.factorial, 5)
+    assert list(pool.results()) == [(t, True, 120)]
+  with Runner("devices.cpu") as runner:
+    assert runner.measure(Binary(b""), "kernel", check=False, timeout_s=60).status is Status.RUN_ERROR  # measure before setup
+  assert not (tmp_path / "ran").exists() and main.__file__ == str(script) and main.__spec__ is None
+
