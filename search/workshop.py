@@ -13,7 +13,7 @@ confirmation of a result this process just found reads the search's instead of r
 so that the confirmation runs the very libraries the search timed instead of lowering and compiling both again (0.2-0.6
 s of a microsecond kernel's confirmation; the search compiled them in batches, which the compile cache keys as one)."""
 from __future__ import annotations
-import atexit, contextlib, json, shutil, tempfile, threading
+import atexit, contextlib, hashlib, json, shutil, tempfile, threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +102,8 @@ class Workshop:
       if (d := self._cases.get(key)) is not None:
         self._cases.move_to_end(key)
         self._in_use[d] += 1
-    if d is None:
-      d = Path(tempfile.mkdtemp(prefix="tunesvc-case-"))
+    if d is None:  # named by its key: a runner that holds the case of a directory's name holds this one (Runner.setup)
+      d = Path(tempfile.mkdtemp(prefix=f"tunesvc-case-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}-"))
       try: write_case(d, k, var_vals, seed)
       except BaseException:
         shutil.rmtree(d, ignore_errors=True)

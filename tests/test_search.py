@@ -1,13 +1,16 @@
 import contextlib, json, math, os, subprocess, sys, threading, time, types
+from multiprocessing.connection import Connection
 from pathlib import Path
 from types import SimpleNamespace
 import numpy as np
 import pytest
 from devices import cpu
 from devices.base import Binary
+from linearizer import reference
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
+from linearizer.lower import lower
 from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, busiest, children, thread_amounts
 from search.beam import BeamStrategy
@@ -19,7 +22,7 @@ from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
 from search import load as search_load, tune as search_tune
-from search.runner import Measurement, Runner
+from search.runner import Measurement, Runner, write_case
 from search.tune import DeviceBusy, SearchStopped, tune
 from search.workshop import Workshop
 from linearizer.alike import sizes, structure
@@ -565,14 +568,6 @@ def test_a_compile_worker_that_died_idle_is_replaced_when_the_next_task_comes():
     assert list(pool.results()) == [(t, True, 720)]
 
 
-def test_a_render_past_the_pools_time_limit_fails_its_candidate_and_is_no_renderer_bug():
-  # lowering a schedule far past MAX_UOPS took minutes at load 8 (38,544 IR ops): the search ended with a RenderBug
-  k = matmul(64, 64, 64)
-  with CompilePool(1, timeout_s=0.01) as pool:  # shorter than a fresh worker's imports
-    (b,) = list(Builder(pool, "devices.cpu", k, cpu.options()).build([Kernel(k, cpu.options())]))
-  assert b.error is Status.TIMEOUT and "lowering and rendering timed out" in b.message
-
-
 def test_a_compile_worker_and_a_runner_start_without_running_the_parents_main_script_again(tmp_path, monkeypatch):
   # multiprocessing's spawn runs the parent's __main__ script again in each child: under a benchmark, its imports (scipy,
   # the benchmark's glue) in every compile worker and runner it started
@@ -588,3 +583,48 @@ def test_a_compile_worker_and_a_runner_start_without_running_the_parents_main_sc
     assert runner.measure(Binary(b""), "kernel", check=False, timeout_s=60).status is Status.RUN_ERROR  # measure before setup
   assert not (tmp_path / "ran").exists() and main.__file__ == str(script) and main.__spec__ is None
 
+
+def unoptimised(k, extra: str = "") -> Binary:
+  src = cpu.render(lower(Kernel(k, cpu.options())))
+  return cpu.compile(src[:src.rindex("}")] + extra + "}\n")
+
+
+def test_a_runner_that_holds_a_case_is_not_set_up_with_it_again_until_it_restarts(tmp_path, monkeypatch):
+  # a kernel's next search in a process and its confirmation lease the runner that holds its case: a 16M-element case's
+  # load was 0.3-0.5 CPU-s
+  k = reduce("SUM", (64, 256), (1,))
+  write_case(tmp_path, k, {}, 0)
+  lib, sent, send = unoptimised(k), [], Connection.send
+  monkeypatch.setattr(Connection, "send", lambda self, obj: (sent.append(obj[0] if isinstance(obj, tuple) else obj), send(self, obj))[1])
+  with Runner("devices.cpu") as runner:
+    runner.setup(tmp_path, {})
+    runner.setup(tmp_path, {})
+    assert runner.measure(lib, "kernel", check=True, timeout_s=60, min_time_s=0.001).verified
+    runner._restart()  # a new process: loaded again
+    assert runner.measure(lib, "kernel", check=True, timeout_s=60, min_time_s=0.001).verified
+  assert sent.count("setup") == 2
+
+
+def test_a_case_leaves_the_range_a_correct_sum_may_reach_to_the_runner_which_computes_it_when_a_check_needs_it(tmp_path):
+  # the range of a float SUM in another order cost more than the reference (sum_rows_4096), and few checks need it
+  k = reduce("SUM", (64, 256), (1,))
+  write_case(tmp_path, k, {}, 0)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["in0.npy", "in1.npy", "kernel.json", "want.npy"]
+  want, x = np.load(tmp_path / "want.npy"), np.load(tmp_path / "in1.npy")
+  _, hi = reference.range_of(k, [want, x])
+  tol = reference.FLOAT_TOLERANCE["float32"] * math.sqrt(256) * (1 + abs(float(want[0])))
+  off = (tol + float(hi[0] - want[0])) / 2  # the first sum moved past the tolerance, within the range
+  assert off > 1.5 * tol
+  with Runner("devices.cpu") as runner:
+    runner.setup(tmp_path, {})
+    for extra, ok in [("", True), (f"data0[0] += {off!r}f;\n", True), (f"data0[0] += {4 * float(hi[0] - want[0])!r}f;\n", False)]:
+      m = runner.measure(unoptimised(k, extra), "kernel", check=True, timeout_s=60, min_time_s=0.001)
+      assert m.verified is ok and m.status is (Status.OK if ok else Status.MISMATCH), (extra, m)
+
+
+def test_a_render_past_the_pools_time_limit_fails_its_candidate_and_is_no_renderer_bug():
+  # lowering a schedule far past MAX_UOPS took minutes at load 8 (38,544 IR ops): the search ended with a RenderBug
+  k = matmul(64, 64, 64)
+  with CompilePool(1, timeout_s=0.01) as pool:  # shorter than a fresh worker's imports
+    (b,) = list(Builder(pool, "devices.cpu", k, cpu.options()).build([Kernel(k, cpu.options())]))
+  assert b.error is Status.TIMEOUT and "lowering and rendering timed out" in b.message
