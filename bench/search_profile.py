@@ -9,8 +9,10 @@ later ones lease them warm), waiting for builds (rendering and gcc in the pool),
 children (the model strategy), timing candidates (the runner's calls: the kernel's own runs, and the rest of it, the
 pipe, a checked timing's poisoning of the output, loading the library), checking the round's
 fastest against the reference, the final re-timing, and the rest (the strategy, Python); and how many candidates were
-checked. The reference is computed in a thread while the seeds build; its time is shown apart (it overlaps). CPU seconds of the pool's workers, the
-compilers they ran and the runner come from /proc. Also: candidates by round, timed runs, slow (stopped early) ones.
+checked. The case (the inputs and the reference output, written by the workshop) and the runner's load of it run in a
+thread while the seeds build; their times are shown apart (they overlap), the case's CPU too. CPU seconds of the pool's
+workers, the compilers they ran and the runner come from /proc (the first search's: from their start). Also: candidates
+by round, timed runs, slow (stopped early) ones.
 `--compile`: the compiler CPU per candidate of a kernel's first two rounds (the children of its two seeds), built one
 gcc each, batched one unit each, and batched the way the search does. `--shared-vs-alone`: whether a candidate built in
 a unit shared with others runs as fast as built alone. The machine's load is printed: read a busy
@@ -34,6 +36,7 @@ from search.settings import SearchSettings
 PHASES = {"lease": (workshop_mod.Workshop, "lease"), "timing": (runner_mod.Runner, "measure"),
           "check": (tune_mod._Search, "verify_fastest"), "final": (tune_mod._Search, "final"),
           "reference": (workshop_mod, "write_case"),  # the workshop calls it
+          "setup": (runner_mod.Runner, "setup"),  # the runner loading the case (or not: it holds it)
           "rank": (model_beam.ModelBeamStrategy, "_next_round")}  # the model strategy's: featurising and ranking a round's children
 
 
@@ -60,12 +63,13 @@ class Clock:
     @functools.wraps(f)
     def g(*a, **k):
       nested = phase == "timing" and bool(self.inside)
-      t = time.perf_counter()
+      t, cpu = time.perf_counter(), time.thread_time()
       if outer: self.inside.append(phase)
       try: m = f(*a, **k)
       finally:
         if outer: self.inside.pop()
       if not nested: self.s[phase] += time.perf_counter() - t
+      if phase == "reference": self.s["reference CPU"] += time.thread_time() - cpu  # in the search's thread of its own
       self.n[phase] += 1
       if phase == "timing" and not nested: self.s["kernel runs"] += sum(m.times_s); self.n["kernel runs"] += len(m.times_s)
       return m
@@ -89,11 +93,13 @@ def workshop_pids() -> list[int]:
 
 def profile(name: str, k, settings: SearchSettings, clock: Clock) -> dict:
   clock.s.clear(); clock.n.clear()
-  pids = workshop_pids()  # none before the first search: its processes' CPU is then unknown
-  c0, m0, t0 = proc_cpu_s(pids), sum(os.times()[:2]), time.perf_counter()
+  before = {p: proc_cpu_s([p]) for p in workshop_pids()}  # none before the first search: its processes are started in it
+  m0, t0 = sum(os.times()[:2]), time.perf_counter()
   r = tune_mod.tune(k, "CPU", settings)
   wall = time.perf_counter() - t0
-  main_cpu, pool_cpu = sum(os.times()[:2]) - m0, proc_cpu_s(pids) - c0 if pids else None
+  # the processes the search left in the workshop, each since the search began or since it started (a runner restarted
+  # meanwhile: the dead one's CPU is not seen)
+  main_cpu, pool_cpu = sum(os.times()[:2]) - m0, sum(proc_cpu_s([p]) - before.get(p, 0.0) for p in workshop_pids())
   build = wall - sum(clock.s[p] for p in ("lease", "timing", "check", "final", "rank"))
   return {"kernel": name, "wall_s": wall, "phases": dict(clock.s), "calls": dict(clock.n), "build_and_rest_s": build,
           "main_cpu_s": main_cpu, "pool_runner_cpu_s": pool_cpu, "candidates": len(r.candidates),
@@ -176,8 +182,8 @@ def main() -> int:
           f"the rest {row['build_and_rest_s']:.2f} | rank {ph.get('rank', 0):.2f} "
           f"| timing {ph.get('timing', 0):.2f} ({n.get('timing', 0)} calls, kernel runs "
           f"{ph.get('kernel runs', 0):.2f} s in {n.get('kernel runs', 0)}) | check {ph.get('check', 0):.2f} | final {ph.get('final', 0):.2f} "
-          f"| reference {ph.get('reference', 0):.2f} (overlapped) | CPU: main {row['main_cpu_s']:.2f} s, pool+compilers+runner "
-          + ("n/a (first search)" if row["pool_runner_cpu_s"] is None else f"{row['pool_runner_cpu_s']:.2f} s")
+          f"| reference {ph.get('reference', 0):.2f} ({ph.get('reference CPU', 0):.2f} CPU-s), runner setup {ph.get('setup', 0):.2f} "
+          f"(both overlapped) | CPU: main {row['main_cpu_s']:.2f} s, pool+compilers+runner {row['pool_runner_cpu_s']:.2f} s"
           + f" | {row['candidates']} candidates ({row['verified']} verified), rounds {row['rounds']}, {row['status']}"
           f" | best {row['best_s'] * 1e6:.2f} us, "
           f"hand-coded {row['baseline_s'] * 1e6:.2f} us, {row['best_opts']}")
