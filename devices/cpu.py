@@ -244,9 +244,15 @@ def _lanes_cap() -> Optional[int]:
   if v not in ("4", "8", "16"): raise ValueError(f"TUNESVC_CPU_LANES={v!r}: the widest float vector is 4, 8 or 16 lanes")
   return int(v)
 
+# Zen 4's LinearizerOptions.column_sum_rows: sum over axis 0 of 4096x4096, 1 thread, BUSY (other load 1.4-1.7 cores),
+# interleaved, thread CPU time, against 2 rows of 16 vectors a step in blocks of 8 rows: 8 rows of 8 vectors a step in
+# blocks of 16 rows 1.08-1.13x (ten runs), 4 rows of 16 vectors 1.04-1.08x, 1 row 0.93-0.94x; blocks of 32 rows 0.55-0.77x
+ZEN4_COLUMN_SUM_ROWS = 8
+
 def options() -> LinearizerOptions:
   isa = _cpuinfo()[1]
   widths: tuple[int, ...] = (4, 8, 16) if "avx512f" in isa else (4, 8) if "avx" in isa else (4,)
   if (cap := _lanes_cap()) is not None: widths = tuple(w for w in widths if w <= cap)
+  zen4 = max(widths) >= 16 and _half_width_fma(isa)  # (AVX2 schedules, TUNESVC_CPU_LANES=8, keep an AVX2 host's rules)
   return LinearizerOptions("CPU", has_local=False, has_shared=False, has_threads=True, supports_float4=True,
-                           float_vector_widths=widths, threads=_threads(), half_width_fma=max(widths) >= 16 and _half_width_fma(isa))
+                           float_vector_widths=widths, threads=_threads(), half_width_fma=zen4, column_sum_rows=ZEN4_COLUMN_SUM_ROWS if zen4 else 2)

@@ -6,7 +6,7 @@ from linearizer import vecmath
 from linearizer.ast import ConstArg, MemArg
 from linearizer.shapetracker import ShapeTracker
 from linearizer.lower import ACC_CHAINS, AVX2_REGISTERS, L1_WAY_BYTES
-from linearizer.kernel import MAX_UPCAST, PACK_BYTES, Kernel, Opt, OptError, OptOp
+from linearizer.kernel import MAX_UPCAST, MAX_VECTORS, PACK_BYTES, Kernel, Opt, OptError, OptOp
 from linearizer.vectors import consecutive, step, vector_widths
 from linearizer.symbolic import Node, Var, sint, smax
 
@@ -81,6 +81,11 @@ PAD_WASTE = 16  # _padded_pixels pads an axis of at least this many tiles: at mo
 PAD_REDUCE = 64  # ... under a reduce of at least this many elements
 POOL_WINDOW = 16  # the positions of a pooling window (3x3, 2x2) _streamed_row reads at a stride of 2
 ROW_BLOCK = 8  # the rows of a streamed row's reduce one block reads whole (_row_blocks)
+# the farthest apart a column sum's rows may be for LinearizerOptions.column_sum_rows' rows a step (_stream_rows). Zen 4,
+# 1 thread, BUSY, interleaved, thread CPU time, 8 rows of 8 vectors a step in blocks of 16 against 2 rows of 16 vectors
+# in blocks of 8 (where 2 rows already streamed at 94% of a C read 256 KB apart): 4096x4096 (16 KB) 1.12-1.13x, 1024x8192
+# (32 KB) 1.07x, 256x65536 (256 KB) 0.86x, 64x393216 (1.5 MB) 0.80x
+COLUMN_ROW_BYTES = 32 << 10
 
 def _group_reduce(k: Kernel) -> bool:
   """Split the reduce over the work-items of a work-group where one work-item per output would starve the device."""
@@ -404,9 +409,22 @@ def _streamed_row(k: Kernel, widths: tuple[int, ...]) -> int | None:
           and streamed(i)]
   axis, width = next(((i, w) for w in sorted(widths, reverse=True) for i in rows if k.full_shape[i] % w == 0), (None, 0))
   if axis is None or not _try(k, Opt(OptOp.UPCAST, axis, width)): return None
-  # (leaving two steps of the axis at least: a loop threads can split)
-  next((n for n in (16, 8, 4, 2) if smax(k.full_shape[axis]) >= 2 * n and _try(k, Opt(OptOp.UPCAST, axis, n))), None)
+  # (leaving two steps of the axis at least: a loop threads can split); beside more than 2 rows a step (_stream_rows), as
+  # many vectors as the rows leave of MAX_VECTORS
+  cap = min(16, MAX_VECTORS // _stream_rows(k))
+  next((n for n in (16, 8, 4, 2) if n <= cap and smax(k.full_shape[axis]) >= 2 * n and _try(k, Opt(OptOp.UPCAST, axis, n))), None)
   return axis
+
+def _stream_rows(k: Kernel) -> int:
+  """The rows a step of a streamed row's reduce reads (step 2's unroll): LinearizerOptions.column_sum_rows where that
+  is over 2, the rows at most COLUMN_ROW_BYTES apart and _row_blocks can block the reduce (one loop of it, no window, a
+  SUM into an output of its dtype: measured so only), else 2 (a float16 column sum, 125x256 over 256 cached rows,
+  sops_8806: 0.95x at 8)."""
+  last, rows = k.shape_len - k.upcasted - 1, k.options.column_sum_rows
+  if rows <= 2 or k.first_reduce != last or smax(k.full_shape[last]) <= POOL_WINDOW: return 2
+  apart = [(st.views[-1].strides[last], a.dtype.itemsize) for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)]
+  if not all(isinstance(s, int) and abs(s) * size <= COLUMN_ROW_BYTES for s, size in apart): return 2
+  return rows if _try(k.copy(), Opt(OptOp.BLOCK, last, 2)) else 2
 
 def _row_blocks(k: Kernel, row: int) -> None:
   """CPUs, a reduce over the rows of a streamed row (_streamed_row; a sum over a matrix's columns) whose tile covers a
@@ -419,7 +437,8 @@ def _row_blocks(k: Kernel, row: int) -> None:
   68-long reduce in blocks of 4 rows: 0.81x)."""
   last = k.shape_len - k.upcasted - 1
   if k.first_reduce != last or smax(k.full_shape[row]) < 2: return  # one reduce loop, and tiles of the row left to sweep
-  _block(k, last, math.prod(s for i, s in enumerate(k.upcast_shape, last + 1) if k.is_reduce_axis(i)), ROW_BLOCK)
+  rows = math.prod(s for i, s in enumerate(k.upcast_shape, last + 1) if k.is_reduce_axis(i))  # a step's
+  _block(k, last, rows, max(ROW_BLOCK, 2 * rows))  # (two steps a block at least: BLOCK's least)
 
 def _block(k: Kernel, axis: int, per_step: int, target: int) -> None:
   """BLOCK `axis` (each step of which covers `per_step` elements) into blocks of about `target` elements, where that
@@ -631,7 +650,8 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
       # (whole within MAX_UPCAST elements first; past them, where the Kernel counts vectors (kernel.MAX_VECTORS), only
       # where nothing else divides: an odd window's 3 or 7 beside a 128-lane tile, 2.5-20x faster than its loop, while a
       # 6-long reduce whole lost its cache blocks and ran 7x slower than unrolled by 2, sops_3201)
-      amts = ([0] if size <= 16 and _upcast_budget(k) * size <= MAX_UPCAST else []) + vector + \
+      row_steps = [r] if streamed is not None and (r := _stream_rows(k)) > 2 else []  # (a streamed row's: _stream_rows)
+      amts = ([0] if size <= 16 and _upcast_budget(k) * size <= MAX_UPCAST else []) + vector + row_steps + \
         ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]) + ([0] if size <= 16 else [])
       done = next((amt for amt in amts if _try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt))), None)
       # several vector accumulators where the vector's reduce is cheap and long: its loop is one accumulate's latency a

@@ -29,6 +29,10 @@ class LinearizerOptions:
   # the widest vectors' FMAs run as two halves, one a cycle (AMD Zen 4's AVX-512), not at full width (Intel's AVX-512
   # cores issue two a cycle): the CPU matmul's register tile follows it (linearizer.heuristic.REGISTER_TILES)
   half_width_fma: bool = False
+  # the rows a column sum's loop step reads (linearizer.heuristic._stream_rows), a property of the core's memory system,
+  # not of its FMAs: one Zen 4 core sums 4096x4096's columns at 79% of the triad reading 2 rows a step, 1.09-1.13x faster
+  # reading 8; Zen 3 (AVX2) and Intel's AVX-512 cores hold 109-115% and 132% of it at 2 (not measured at 8)
+  column_sum_rows: int = 2
 
   # AVX-512's vectors of 16 floats, and with them 32 registers (AVX2's 8-float ones come with 16): the register budgets
   # of the CPU tiles (linearizer.heuristic, linearizer.lower) follow from it

@@ -230,7 +230,8 @@ def test_an_avx2_matmul_tile_folds_each_product_in_as_it_is_made():
 def test_a_sum_over_columns_reads_its_rows_whole_in_blocks():
   # a loop step read a tile-wide piece of a row, then jumped a row (4096x4096: 50% of the stream triad at 2 threads);
   # blocked, a block of rows is read whole, the threads splitting the row's tiles (each its own outputs)
-  k = Kernel(cols := reduce("SUM", (1024, 4096), (0,)), replace(cpu.options(), threads=2))  # work enough for threads
+  # (2 rows a step, as every core but Zen 4 reads them: the next test)
+  k = Kernel(cols := reduce("SUM", (1024, 4096), (0,)), replace(cpu.options(), threads=2, column_sum_rows=2))  # work enough for threads
   opts = hand_coded_optimizations(k)
   rows = math.prod(s for i, s in enumerate(k.upcast_shape, k.shape_len - k.upcasted) if k.is_reduce_axis(i)) * k.full_shape[k.first_reduce]
   # (the threads split axis 1 as it was then: the first global axis, after the block's)
@@ -241,6 +242,30 @@ def test_a_sum_over_columns_reads_its_rows_whole_in_blocks():
   # axes too (a 1x1 conv whose 196 pixels no full vector divides: 4x4x4, blocked it reloaded its accumulators, 0.81x)
   for other in (reduce("MAX", (256, 4096), (0,)), reduce("SUM", (256, 16), (0,)), conv2d(4, 68, 14, 14, 68, 1, 1)):
     assert not any(o.op == "BLOCK" for o in hand_coded_optimizations(Kernel(other, cpu.options()))), other
+
+
+def test_a_zen4_core_reads_8_rows_of_a_column_sum_a_step_where_they_are_near():
+  # LinearizerOptions.column_sum_rows (Zen 4's 8): 8 rows of 8 vectors a step, blocks of 2 steps (4096x4096, 1 thread,
+  # busy Zen 4: 1.12-1.13x 2 rows of 16 vectors in blocks of 4 steps); 2 rows where they are 256 KB apart (0.86x at 8)
+  zen4 = replace(cpu.options(), float_vector_widths=(4, 8, 16), threads=1, column_sum_rows=8)
+  def schedule(shape, options): return [(o.op, o.axis, o.amt) for o in hand_coded_optimizations(Kernel(reduce("SUM", shape, (0,)), options))]
+  assert schedule((256, 4096), zen4) == [("UPCAST", 0, 16), ("UPCAST", 0, 8), ("UNROLL", 0, 8), ("BLOCK", 1, 2)]
+  assert schedule((256, 4096), replace(zen4, column_sum_rows=2)) == [("UPCAST", 0, 16), ("UPCAST", 0, 16), ("UNROLL", 0, 2), ("BLOCK", 1, 4)]
+  assert schedule((64, 65536), zen4) == [("UPCAST", 0, 16), ("UPCAST", 0, 16), ("UNROLL", 0, 2), ("BLOCK", 1, 4)]
+  k = reduce("SUM", (256, 4096), (0,))
+  opts = hand_coded_optimizations(Kernel(k, zen4))
+  assert np.array_equal(check(k, opts=opts, seed=3), check(k, opts=opts[:3], seed=3))  # the same sums, blocked or not
+
+
+def test_only_zen4_reads_8_rows_of_a_column_sum_a_step(monkeypatch):
+  monkeypatch.setattr(cpu, "_cpuinfo", lambda: ("", frozenset({"avx", "avx2", "avx512f"})))
+  monkeypatch.setattr(cpu, "_cpu_fields", lambda: {"vendor_id": "AuthenticAMD", "cpu family": "25"})
+  assert cpu.options().column_sum_rows == 8
+  monkeypatch.setenv("TUNESVC_CPU_LANES", "8")  # an AVX2 host's schedules
+  assert cpu.options().column_sum_rows == 2
+  monkeypatch.delenv("TUNESVC_CPU_LANES")
+  monkeypatch.setattr(cpu, "_cpu_fields", lambda: {"vendor_id": "GenuineIntel", "cpu family": "6"})
+  assert cpu.options().column_sum_rows == 2
 
 
 def test_a_1x1_convs_pixels_are_blocked_where_its_reduce_is_too_short_to_block():
