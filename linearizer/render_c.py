@@ -75,6 +75,10 @@ class Lang:
   vfma: str = "mulacc_{vt}({0},{1},{2})"
   vsqrt: str = ""                                    # the correctly rounded square root of vector x ("": lane by lane)
   gep: str = "{x}[{i}]"                              # lane i of vector x ({xyzw}: its letter, lanes 0-3)
+  # lanes of vectors a and b by constant indices ({idx}: each lane's, into a's lanes then b's; {mt}: the mask type of
+  # their lanes), and what a program with such shuffles needs ("": the language has none)
+  shuffle: str = ""
+  shuffle_decl: str = ""
   wmma: Optional[Callable[[TensorCore], tuple[str, str, str]]] = None  # TensorCore -> (function, kernel declaration, call): tensor_cores.py
 
   def ctype(self, dt: DType) -> str: return self.types.get(dt.name, dt.c)
@@ -100,6 +104,10 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
   suffix={"int64": "LL", "uint64": "ULL", "uint32": "U"}, float_math=vecmath.c_source, vsqrt="sqrt_{vt}({x})",
   shared="__attribute__((aligned(64))) ",  # PACK's copies on the stack: a vector of a packed row is one cache line
   vstream="if ({flag}) stream_{vt}({p}, {x}); else *({vt}u*)({p}) = {x};", stream_fence="stream_fence();",
+  # gcc before 12 has no __builtin_shufflevector, clang no __builtin_shuffle
+  shuffle="tsvc_shuffle({a},{b},{mt},{idx})",
+  shuffle_decl="#if defined(__clang__)\n#define tsvc_shuffle(a, b, m, ...) __builtin_shufflevector(a, b, __VA_ARGS__)\n#else\n"
+               "#define tsvc_shuffle(a, b, m, ...) __builtin_shuffle(a, b, (m){__VA_ARGS__})\n#endif\n",
   gcc_optimize='#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize({})))\n#endif\n')
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
@@ -252,6 +260,7 @@ def vector_decls(prog: Program, lang: Lang) -> str:
     f"typedef {lang.ctype(dt)} {vtype(dt, vec, lang)}u __attribute__((vector_size({dt.itemsize * vec}), aligned({dt.itemsize})));\n",
     f"typedef {lang.mask_lanes[dt.itemsize]} {mtype(dt.itemsize, vec, lang)} __attribute__((vector_size({dt.itemsize * vec})));\n")))
   if fmas: out.append("#if defined(__clang__) && (defined(__FMA__) || defined(__AVX512F__))\n#include <immintrin.h>\n#endif\n")
+  if any(u.op is UOps.SHUFFLE for u in prog.uops): out.append(lang.shuffle_decl)
   return "".join(out + [mulacc_fn(vtype(dt, vec, lang), dt, vec) for dt, vec in dict.fromkeys(fmas)] +
                  [sqrt_fn(vtype(dt, vec, lang), dt, vec) for dt, vec in dict.fromkeys(sqrts)])
 
@@ -456,6 +465,9 @@ def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None)
       na = u.arg.elements("a")
       line(f"{src[0]} = {lang.tensor_core(u.arg)[2].format(a=', '.join(src[1:1 + na]), b=', '.join(src[1 + na:]), c=src[0])};")
     elif op is UOps.GEP: define(i, lang.gep.format(x=src[0], i=u.arg, xyzw="xyzw"[u.arg % 4]))
+    elif op is UOps.SHUFFLE:
+      if not lang.shuffle: raise ValueError("this language has no vector shuffles")
+      define(i, lang.shuffle.format(a=src[0], b=src[1], mt=mtype(u.value_dtype.itemsize, u.vec, lang), idx=",".join(map(str, u.arg))))
     elif op is UOps.CAST:
       sdt, ddt = prog.uops[u.src[0]].value_dtype, u.value_dtype
       define(i, cast(src[0], sdt, ddt, u.arg, lang) if u.vec == 1 else vcast(src[0], sdt, ddt, types[i], u.vec, lang))

@@ -1,6 +1,6 @@
 """Generated C on the CPU (and OpenCL C) against the reference interpreter: the semantic corner cases C leaves
 undefined must come out exactly as the reference defines them, and schedules must not change results."""
-import math, re, subprocess
+import math, re, shutil, subprocess
 from dataclasses import replace
 from pathlib import Path
 import numpy as np
@@ -11,7 +11,7 @@ from linearizer.compare import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8, uint16
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import PACK_BYTES, Kernel, Opt
-from linearizer.lower import LANE, lower
+from linearizer.lower import LANE, UOps, lower
 from linearizer.shapetracker import ShapeTracker, View
 from linearizer.vectors import vector_widths
 from linearizer.symbolic import variables
@@ -929,15 +929,43 @@ def test_mulacc_compiles_to_vector_fma_and_the_loop_stays_vectorised():
 
 
 @pytest.mark.parametrize("cin,lines", [(1024, True), (768, False)])
-def test_a_pack_reads_rows_sharing_an_l1_set_in_lines(cin, lines):
+def test_a_pack_reads_rows_sharing_an_l1_set_in_lines(cin, lines, monkeypatch):
   # a 1x1 conv's weights packed 16 output channels a block: the copy's innermost axis (the channels) reads rows cin floats
   # apart. 1024 (4 KB) puts all 16 in one L1 set of 8 ways: the input channels are copied in lines of 16, each line's
-  # loop innermost; 768 (3 KB, 4 sets) keeps the copy's own order. Both match the reference.
+  # loop innermost; 768 (3 KB, 4 sets) keeps the copy's own order. Both match the reference. At 8 lanes the 16 channels
+  # are no vector, so the copy is element by element (a vector's would be transposed in registers: the test below).
+  monkeypatch.setenv("TUNESVC_CPU_LANES", "8")
   k = conv2d(1, cin, 2, 2, 32, 1, 1)
   opts = [Opt("BLOCK", 0, 16), Opt("UPCAST", 1, 0), Opt("PACK", 2)]
   src, _, _ = compile_kernel(k, "CPU", opts)
   assert bool(re.search(r"for \(long long _p2_\d+i = 0; _p2_\d+i < 16;", src)) == lines, src
   check(k, opts=opts)
+
+@pytest.mark.parametrize("cc", ["cc", pytest.param("clang", marks=pytest.mark.skipif(not shutil.which("clang"), reason="no clang"))])
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_a_transposing_pack_is_copied_in_blocks_transposed_in_registers(lanes, cc, monkeypatch):
+  # a copy whose innermost axis (the vector's lanes) reads the source rows apart and another axis reads it contiguously
+  # -- a 1x1 conv's weights along the output and input channels, an NT matmul's B along its columns and K -- is copied
+  # in blocks of lanes x lanes: the block's rows loaded as vectors, log2(lanes) stages of `lanes` two-input shuffles,
+  # its columns stored as vectors (gcc's builtin; clang's, built without OpenMP, whose runtime it may lack). Where the
+  # contiguous axis is no multiple of the lanes (cin + 4) the copy stays element by element. All match the reference.
+  if lanes not in cpu.options().float_vector_widths: pytest.skip(f"this host has no {lanes}-lane float vectors")
+  monkeypatch.setenv("TUNESVC_CPU_LANES", str(lanes))
+  monkeypatch.setenv("TUNESVC_CC", cc)
+  conv = [Opt("BLOCK", 0, lanes), Opt("UPCAST", 1, 0), Opt("PACK", 2)]
+  for k, opts, blocked in [(conv2d(1, 4 * lanes, 2, 2, 2 * lanes, 1, 1), conv, True),
+                           (matmul(4, 2 * lanes, 3 * lanes, transpose_b=True), [Opt("UPCAST", 1, lanes), Opt("PACK", 2)], True),
+                           (conv2d(1, 4 * lanes + 4, 2, 2, 2 * lanes, 1, 1), conv, False)]:
+    prog = lower(Kernel(k, cpu.options()).apply_opts(opts), "kernel")
+    shuffles = [u for u in prog.uops if u.op is UOps.SHUFFLE]
+    assert len(shuffles) == (lanes * int(math.log2(lanes)) if blocked else 0) and all(u.vec == lanes for u in shuffles), k.name
+    src = cpu.render(prog)
+    assert ("tsvc_shuffle(" in src) == blocked
+    bufs = reference.random_buffers(k, {}, seed=6)
+    want = [b.copy() for b in bufs]
+    reference.run(k, want, {})
+    cpu.Program(cpu.compile(src, tuple(f for f in cpu.DEFAULT_FLAGS if f != "-fopenmp")), "kernel")(*bufs)
+    assert (msg := compare(k, bufs, want, {})) is None, msg
 
 # ---------------------------------------------------------------- corpus schedules the fuzzer found failing
 
