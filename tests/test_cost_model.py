@@ -281,8 +281,11 @@ def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_it
   round 1 it then cuts to measure_top (with no prior shipped: without it, round 1 measures every child)."""
   monkeypatch.setattr(prior, "PRIORS", tmp_path / "none")
   o, first, second = cpu.options(), matmul(32, 32, 32), matmul(24, 40, 32)
+  # worth_s 0: each search's whole 120 s, not the tenth a microsecond kernel is worth (search/settings.py effort), so the
+  # candidate budgets end both: at load 14 the first search's 12 s timed 15 candidates of round 1, under MIN_TRAIN
+  search = {"beam": 2, "min_time_s": 0.005, "final_rounds": 3, "worth_s": 0}
   with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
-    user.submit([first], "CPU", {"beam": 2, "budget_candidates": 40, "min_time_s": 0.005, "final_rounds": 3})
+    user.submit([first], "CPU", {**search, "budget_candidates": 40})
     w = Worker(wc, "CPU")
     # the search alone: its confirmation (queued ahead of searches where it needs one) runs with the second job. A busy
     # machine's confirmation may disagree, refute the result and queue the search again: nothing this test asks
@@ -296,8 +299,7 @@ def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_it
     timed = [m for m in searched["measurements"] if m["min_s"] and m["status"] in ("ok", "slow")]
     assert got["names"] == list(SCHEDULE_NAMES) and got["kernels"] == [first.key] and len(got["rows"]) == len(timed) >= MIN_TRAIN
     assert got["meta"]["source"] == "trained" and wc.cost_model(prior.family(o), CODEGEN_VERSION - 1) is None
-    job, = user.submit([second], "CPU", {"beam": 2, "budget_candidates": 30, "min_time_s": 0.005, "final_rounds": 3, "strategy": "model",
-                                         "measure_top": 3})
+    job, = user.submit([second], "CPU", {**search, "budget_candidates": 30, "strategy": "model", "measure_top": 3})
     w._prior = (-PRIOR_REFRESH_S, None)  # fetched (as none) before training: ask again now
     assert w.run(until_idle=True) >= 1
     assert w.prior() is not None and w.prior().rows == tuple(map(tuple, got["rows"]))
