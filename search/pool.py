@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib, ctypes, os, signal, sys, threading, time, traceback
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing import get_context
+from multiprocessing import get_context, resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Iterator, Optional, cast
 
@@ -27,10 +27,24 @@ def start_alone(p: Any) -> None:
   with _STARTING:
     file, spec = main.__dict__.pop("__file__", None), getattr(main, "__spec__", None)
     main.__spec__ = None
+    # SIGINT blocked in the child (the mask survives the exec) until it has left its parent's process group (leave_group):
+    # a terminal's Ctrl-C in its first ~0.3 s printed a KeyboardInterrupt traceback from every child still starting up.
+    # The resource tracker first: p.start() starts it where it is not running, and unblocks SIGINT after that
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try: p.start()
     finally:
+      signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
       if file is not None: main.__file__ = file
       main.__spec__ = spec
+
+def leave_group() -> None:
+  """A child of start_alone: into a process group of its own, then SIGINT unblocked, a Ctrl-C sent to the group it left
+  meanwhile dropped (ignored while pending: its parent handles a terminal's Ctrl-C, and stops its children)."""
+  os.setpgrp()
+  handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+  signal.signal(signal.SIGINT, handler)
 
 
 def die_with_parent() -> None:
@@ -39,7 +53,7 @@ def die_with_parent() -> None:
 
 
 def _worker(conn: Connection) -> None:
-  os.setpgrp()  # its own group: pausing it pauses the compilers it started; orphaned and stopped, the kernel SIGHUPs it
+  leave_group()  # its own group: pausing it pauses the compilers it started; orphaned and stopped, the kernel SIGHUPs it
   die_with_parent()
   while True:
     try: msg = conn.recv()

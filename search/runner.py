@@ -14,7 +14,7 @@ without killing it (a write past its buffers' guards; on a GPU, an illegal addre
 context fails every call) is reported by the runner, which the parent then restarts too.
 """
 from __future__ import annotations
-import contextlib, importlib, json, os, signal
+import contextlib, importlib, json, signal
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
@@ -27,7 +27,7 @@ from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.compare import compare
 from search.load import OtherLoad
-from search.pool import die_with_parent, start_alone
+from search.pool import die_with_parent, leave_group, start_alone
 from search.result import Status
 
 
@@ -125,7 +125,7 @@ class _Case:
 
 def _main(conn: Connection, module: str) -> None:
   die_with_parent()
-  os.setpgrp()  # out of the worker's group: a terminal's Ctrl-C is the worker's to handle (it stops the search, then us)
+  leave_group()  # out of the worker's group: a terminal's Ctrl-C is the worker's to handle (it stops the search, then us)
   dev, progs = importlib.import_module(module), {}
   case: Optional[_Case] = None
   while (msg := conn.recv()) is not None:

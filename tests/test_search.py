@@ -628,3 +628,24 @@ def test_a_render_past_the_pools_time_limit_fails_its_candidate_and_is_no_render
   with CompilePool(1, timeout_s=0.01) as pool:  # shorter than a fresh worker's imports
     (b,) = list(Builder(pool, "devices.cpu", k, cpu.options()).build([Kernel(k, cpu.options())]))
   assert b.error is Status.TIMEOUT and "lowering and rendering timed out" in b.message
+
+
+def test_a_ctrl_c_while_the_compile_workers_and_the_runner_start_is_their_parents_alone():
+  # a terminal's Ctrl-C goes to the foreground group, which a child is in until it leaves it (search.pool.leave_group):
+  # sent as they start, it printed a KeyboardInterrupt traceback from each and killed them; now the parent alone gets it
+  script = """
+import math, os, signal, sys
+from search.pool import CompilePool
+from search.runner import Runner
+os.setpgrp()
+got = []
+signal.signal(signal.SIGINT, lambda *_: got.append(1))
+with CompilePool(2) as pool, Runner("devices.cpu") as runner:
+  os.killpg(0, signal.SIGINT)  # the children are still importing
+  t = pool.submit(math.factorial, 5)
+  assert list(pool.results()) == [(t, True, 120)] and runner.proc.is_alive() and got == [1], got
+print("ok")
+"""
+  p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+                     env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+  assert p.returncode == 0 and p.stdout == "ok\n" and "KeyboardInterrupt" not in p.stderr, p.stderr
