@@ -57,8 +57,9 @@ from search.tune import SearchError, tune
 from tunesvc.runtime import compile_kernel
 
 TORCH_PIN = "2.13.0"
-# BENCH_TORCH_VENV: another checkout's venv (a worktree runs the main checkout's, never a second copy or a symlink)
-TORCH_VENV, TORCH_HELPER = Path(os.environ.get("BENCH_TORCH_VENV", ROOT / "bench" / ".venv-torch")), ROOT / "bench" / "_torch.py"
+# BENCH_TORCH_VENV: another checkout's venv (a worktree runs the main checkout's, never a second copy or a symlink); a
+# relative one from the directory this runs in (its torch child runs in a temporary one)
+TORCH_VENV, TORCH_HELPER = Path(os.environ.get("BENCH_TORCH_VENV", ROOT / "bench" / ".venv-torch")).absolute(), ROOT / "bench" / "_torch.py"
 CONTENDERS = ("hand", "tuned", "numpy", "eager", "compile", "tinygrad")
 HEADS = {"hand": "tunesvc hand-coded", "tuned": "tunesvc tuned", "numpy": "numpy", "eager": "torch eager",
          "compile": "torch.compile", "tinygrad": "tinygrad"}
