@@ -120,7 +120,10 @@ def _summary(rows: list[dict]) -> dict:
     got = [r[f"{who}_to_95"] for r in rows if r[f"{who}_to_95"] is not None]
     out[f"{who}_reached_95"] = f"{len(got)}/{len(rows)}"  # the median is over these only: a run that never got there has no count
     out[f"{who}_to_95_median"] = statistics.median(got) if got else None
-    out[f"{who}_to_95_quartiles"] = statistics.quantiles(got, n=4) if len(got) > 1 else None
+    # the done-when's median: over every kernel, one that never got there counting as more than any count ("never")
+    every = sorted(got) + [math.inf] * (len(rows) - len(got))
+    out[f"{who}_to_95_median_all"] = None if not every else "never" if (m := statistics.median_high(every)) == math.inf else m
+    out[f"{who}_to_95_quartiles"] = statistics.quantiles(got, n=4, method="inclusive") if len(got) > 1 else None  # never past the data
   for k in ("tau", "prior_tau"): out[f"{k}_median"] = statistics.median(t) if (t := [r[k] for r in rows if r[k] is not None]) else None
   return out
 
