@@ -16,7 +16,6 @@ from linearizer.render_c import render_c
 
 
 @functools.cache
-@functools.cache
 def _cpu_fields() -> dict[str, str]:
   """The first CPU's fields of /proc/cpuinfo, names lower-cased; empty where there is none."""
   try: text = Path("/proc/cpuinfo").read_text()
@@ -27,6 +26,7 @@ def _cpu_fields() -> dict[str, str]:
     kv.setdefault(k.strip().lower(), v.strip())
   return kv
 
+@functools.cache
 def _cpuinfo() -> tuple[str, frozenset[str]]:
   """(model name, ISA flags) of the first CPU ("Features" on ARM)."""
   if not (kv := _cpu_fields()): return platform.processor(), frozenset()
@@ -255,4 +255,5 @@ def options() -> LinearizerOptions:
   if (cap := _lanes_cap()) is not None: widths = tuple(w for w in widths if w <= cap)
   zen4 = max(widths) >= 16 and _half_width_fma(isa)  # (AVX2 schedules, TUNESVC_CPU_LANES=8, keep an AVX2 host's rules)
   return LinearizerOptions("CPU", has_local=False, has_shared=False, has_threads=True, supports_float4=True,
-                           float_vector_widths=widths, threads=_threads(), half_width_fma=zen4, column_sum_rows=ZEN4_COLUMN_SUM_ROWS if zen4 else 2)
+                           float_vector_widths=widths, threads=_threads(), half_width_fma=zen4,
+                           column_sum_rows=ZEN4_COLUMN_SUM_ROWS if zen4 else LinearizerOptions.column_sum_rows)

@@ -332,7 +332,7 @@ class _Lowering:
   def pack_transposed(self, j: int, axes: list[int], pv: dict[int, Var], opened: Sequence[int]) -> bool:
     """pack's copy in blocks of W x W elements transposed in registers, where its innermost axis reads the source rows
     apart and another of its axes reads it contiguously, both multiples of the vector's W lanes long, nothing masked:
-    each block's W rows loaded as vectors, transposed (transposed) and stored as W vectors of the copy. Element by
+    each block's W rows loaded as vectors, transposed (`transposed`) and stored as W vectors of the copy. Element by
     element, the weights' copy of the 1x1 conv 2048->512 7x7 was ~40% of that kernel; its hand-edited C with this copy
     ran the kernel 1.34x (session 19, busy Intel AVX-512). False where it does not apply: the copy is element by element."""
     W, a, st = self.W, self.k.leaves[j], self.k.sts[j]
