@@ -77,6 +77,7 @@ MATMULS = ("bench/cpu_vs_torch.py", "--kernels", "matmul_1024,matmul_2048,matmul
 AVX2 = "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an AVX2 host"
 ZEN1 = 'every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an AMD EPYC "Zen 1" class host'
 ZEN4 = "every group, the corpus too at 2 threads, hand-coded, QUIET, on AMD EPYC Zen 4"
+EMR = 'every group, the corpus too at 2 threads, hand-coded, QUIET, on an Intel Xeon "Emerald Rapids" class host'
 CONVS = ("r50_conv_3x3_64_56", "r50_conv_1x1_64to256_56", "r50_conv_1x1_256to64_56", "r50_conv_3x3_128_s2_56",
          "r50_conv_1x1_256to512_s2_56", "r50_conv_3x3_256_14", "r50_conv_1x1_2048to512_7", "dwconv_3x3_144_56")
 MODEL_KERNELS = {"softmax": "softmax_4096x1024", "layernorm": "layernorm_4096x1024", "GELU": "gelu_2048x3072", "SiLU": "silu_2048x3072"}
@@ -136,6 +137,23 @@ RUNS = (
   # session 19's entry on an Intel host, QUIET (its spreads are this host's, idle: another VM shares its cores)
   model_kernels("model-kernels-2t-intel", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an Intel host", 2,
                 ((1.12, 0.14), (1.40, 0.24), (5.70, 0.29), (2.04, 0.16)), "intel f6 cpu-w16"),
+  # session 22's entry on the same host kind (mm19's 4 x 4 tile since), QUIET: tol is the entry's pair's noise (this host
+  # is noisy idle: matmul_1024's pair read 50%), so these say little more than "not far below"
+  Run("openblas-2t-intel", EMR, (*MATMULS, "--threads", "2"), 2, False, (
+    Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 1.05, 0.50, cvt("matmul_1024", "numpy")),
+    Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 1.00, 0.07, cvt("matmul_2048", "numpy")),
+    Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.88, 0.10, cvt("matmul_4096", "numpy")),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.91, 0.13, cvt("lm_head_gpt2", "numpy"))), "intel f6 cpu-w16"),
+  Run("openblas-1t-intel", EMR, (*MATMULS, "--threads", "1"), 3, False, (
+    Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 1.02, 0.40, cvt("matmul_1024", "numpy")),
+    Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 1.00, 0.24, cvt("matmul_2048", "numpy")),
+    Claim("matmul_4096 hand-coded vs OpenBLAS, 1 thread", 1.13, 0.41, cvt("matmul_4096", "numpy")),
+    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.90, 0.28, cvt("lm_head_gpt2", "numpy"))), "intel f6 cpu-w16"),
+  Run("convs-2t-intel", EMR, (
+    "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
+    "--quiet-wait", "20", "--retries", "1"), 2, False, tuple(
+    Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
+      (1.16, 0.19), (1.59, 0.26), (1.37, 0.29), (1.23, 0.17), (1.35, 0.33), (1.00, 0.26), (1.21, 0.36), (1.55, 0.30)))), "intel f6 cpu-w16"),
   # the recorded command less --torch and with 3 rounds, not 7; two runs gave 11.4x and 11.4x, tuning 0.41x and 0.43x
   Run("gpt2-12", "the 12-block GPT-2 decoder (vocabulary 512), all five contenders, twice", (
     "bench/tinygrad_models.py", "--models", "gpt2", "--layers", "12", "--vocab", "512", "--budget-s", "2", "--rounds", "3"), 10, True, (
