@@ -8,6 +8,7 @@
   .venv/bin/python bench/fuzz_linearizer.py --per-kernel 1 --hand-coded       # each kernel's hand-coded schedule + 0-4 opts
   .venv/bin/python bench/fuzz_linearizer.py --replay fuzz_failures/MISMATCH-corpus_sops_7046-1a2b3c4d.json
   ... --per-kernel 3 --builders 0 --seed 17 --device OPENCL --sources a.txt  # each case's source hash, nothing run: diff two commits'
+  ... the same run --only changed.txt                                         # only its cases named there (`diff a.txt b.txt | sed -n 's/^> //p'`)
 
 Each case (linearizer.fuzz) is a kernel, 0-4 random opts the Kernel accepted (drawn among the device's ops and, now
 and then, ops it lacks, which must raise OptError), variable values in bounds and a data seed; a worker draws it from
@@ -68,6 +69,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                  "a long run resumed where it stopped (its last --progress count), or split in parts")
   p.add_argument("--sources", type=Path, metavar="FILE", help="compile and run nothing: write each case's label, seed and its source's "
                  "sha256 to FILE; two commits' files equal line for line generate the same code, so a run at one stands for the other")
+  p.add_argument("--only", type=Path, metavar="FILE", help="run only the cases whose label and seed begin a line of FILE (as --sources "
+                 "writes them): the cases whose code a change altered")
   args = p.parse_args(argv)
   if args.replay: return replay(args.replay, args.print_source, args.timeout, args.cpu_timeout)
   t0 = time.perf_counter()
@@ -79,14 +82,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                                                                          args.max_positions, args.hand_coded)))
     print(f"{args.cases} cases' source hashes in {args.sources} ({time.perf_counter() - t0:.1f} s)")
     return 0
-  runs = max(0, args.cases - args.first)
+  only = {tuple(line.split()[:2]) for line in args.only.read_text().splitlines() if line.strip()} if args.only else None
+  runs = max(0, args.cases - args.first) if only is None else len(only)
   print(f"{len(kernels)} kernels, {skipped} skipped (outside {args.min_positions:,} to {args.max_positions:,} positions); "
         f"{args.cases} cases{f', from case {args.first} on' if args.first else ''}, seed {args.seed}, {args.jobs} jobs on {args.device}"
         f"{' with ASan' if args.asan else ''}", flush=True)
   t1 = time.perf_counter()
   with Pool(args.jobs, args.device, args.asan, args.timeout, args.max_positions, args.hand_coded, cpu_timeout=args.cpu_timeout,
             reference_cache=args.reference_cache) as pool:
-    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress, args.first)
+    counts = fuzz(pool, kernels, args.cases, args.seed, Path(args.out), lambda s: print(s, flush=True), args.per_kernel, args.progress, args.first,
+                  only)
   t2 = time.perf_counter()
   print(table(counts))
   print(f"{runs} cases in {t2 - t1:.1f} s ({(t2 - t1) / max(1, runs) * 1e3:.0f} ms a case, {args.jobs} jobs); loading {t1 - t0:.1f} s")

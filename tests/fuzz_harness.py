@@ -313,14 +313,16 @@ def table(counts: dict[str, collections.Counter]) -> str:
   return "\n".join(lines)
 
 def fuzz(pool: Pool, kernels: list[tuple[str, dict]], cases: int, seed: int, out: Optional[Path], log=print,
-         per_kernel: int = 0, progress: int = 0, first: int = 0) -> dict[str, collections.Counter]:
-  """Run the cases `undrawn` gives, from the `first` on (a run split in parts: each part's cases are the whole run's);
+         per_kernel: int = 0, progress: int = 0, first: int = 0, only: Optional[set[tuple[str, str]]] = None) -> dict[str, collections.Counter]:
+  """Run the cases `undrawn` gives, from the `first` on (a run split in parts: each part's cases are the whole run's),
+  with `only` those whose (label, seed as text) it holds;
   failures are logged and, with `out`, written there as replay files. So are compiles slower than SLOW_COMPILE_S, the
   counts so far every `progress` cases, and at the end the slowest compiles."""
   counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
   slowest: list[tuple[float, str]] = []
   t0 = time.perf_counter()
-  for n, case in enumerate(pool.run(itertools.islice(undrawn(kernels, cases, seed, per_kernel), first, None)), 1):
+  todo = itertools.islice(undrawn(kernels, cases, seed, per_kernel), first, None)
+  for n, case in enumerate(pool.run(c for c in todo if only is None or (c.label, str(c.seed)) in only), 1):
     counts[case.status][case.label.split(":")[0]] += 1
     if progress and n % progress == 0:
       log(f"{n} cases in {time.perf_counter() - t0:.0f} s: " + ", ".join(f"{st} {sum(counts[st].values())}" for st in Outcome if counts.get(st)))
