@@ -24,6 +24,12 @@ def _int_size(k: Kernel, axes: range) -> int | None:
 # what an EXP2/LOG2/SIN costs in adds, for whether a kernel has the work to pay for threads (linearizer.vecmath's take
 # ~0.5 ns a lane, an add ~0.03)
 TRANSCENDENTAL_COST = 16
+# the work (positions, a transcendental's weighted as above) from which a CPU kernel's THREAD split pays for waking the
+# threads: 2 threads on an Intel EMR host, quiet, libgomp's default spin (a program's kernels back to back): a*b+c over
+# 64K floats 17.3 -> 9.6 us, the sum of 256 rows of 1024 13.3 -> 8.1, the 32-op chain over 64x64 33 -> 18; at 16K floats
+# (4.4 us) and 64 rows (3.8) even. torch splits its CPU loops from 32K elements (at::internal::GRAIN_SIZE) alike. It was
+# 4M, never measured: corpus kernels of 0.3-1.2 ms ran on one core at half torch.compile's speed (sops_1020, sops_7021)
+THREAD_WORK = 1 << 16
 
 # GPUs: a matrix-vector product splits each row's reduce over MV_GROUP work-items and gives a work-group MV_ROWS rows,
 # each work-item MV_UPCAST of them; a small output over a long reduce splits the reduce over work-items instead
@@ -684,7 +690,7 @@ def _threads(k: Kernel, work: int, transcendentals: int, start: int, split_packs
   splits (7 rows of a 7x7 image), the outermost block of one (a conv's channel blocks); with `split_packs`, that block
   first where the global axis is one a packed copy does not vary along (each thread would pack all of it: a conv's rows;
   not a batch); the opts applied since `start`."""
-  if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= 1 << 22:
+  if k.options.has_threads and k.options.threads > 1 and work * (1 + TRANSCENDENTAL_COST * transcendentals) >= THREAD_WORK:
     def split(t: Kernel, a: int) -> bool: return not isinstance(t.full_shape[a], Node) and _try(t, Opt(OptOp.THREAD, a, t.options.threads))
     axes = [*range(k.block_dims, k.first_reduce), *range(k.block_dims)]
     if split_packs and (first := next((a for a in axes if split(k.copy(), a)), None)) is not None and first >= k.block_dims and \

@@ -37,10 +37,16 @@ def kendall_tau(a, b) -> float:
   return sum(np.sign(a[i] - a[j]) * np.sign(b[i] - b[j]) for i, j in pairs) / len(pairs)
 
 
+def _unthreaded_hand(k: Kernel) -> Kernel:
+  """k under its hand-coded tile less the THREAD split (the last opt), which the children then try."""
+  hand = k.copy()
+  for o in hand_coded_optimizations(k.copy()):
+    if o.op is not OptOp.THREAD: hand.apply_opt(o)
+  return hand
+
 def test_features_are_a_fixed_length_deterministic_vector_that_tells_schedules_apart():
   k = Kernel(matmul(64, 64, 64), cpu.options())
-  hand = k.copy()
-  hand_coded_optimizations(hand)
+  hand = _unthreaded_hand(k)
   kids = [k, hand, *children(hand, actions_for(k.options))]
   fs = [features(c) for c in kids]
   assert all(len(f) == len(NAMES) and all(math.isfinite(x) for x in f) for f in fs)
@@ -59,8 +65,7 @@ def test_features_are_a_fixed_length_deterministic_vector_that_tells_schedules_a
 
 def test_schedule_features_read_the_tile_threads_and_vectors_off_the_schedule_without_lowering_it(monkeypatch):
   k = Kernel(matmul(64, 64, 64), cpu.options())
-  hand = k.copy()
-  hand_coded_optimizations(hand)
+  hand = _unthreaded_hand(k)
   kids = [k, hand, *children(hand, actions_for(k.options))]
   monkeypatch.setattr("search.features.lower", None)  # nothing here lowers
   fs = [schedule_features(c) for c in kids]

@@ -53,10 +53,13 @@ def test_a_worker_searches_a_job_and_the_runtime_gets_its_opts(server, tmp_path)
 
 
 def test_a_served_search_is_seeded_by_the_winner_of_the_kernel_alike_tuned_before(server, tmp_path):
-  """Issue 13 item 4 through the service: matmul 64 searched and served; matmul 48 and 80, submitted for the same fingerprint,
-  are each claimed with 64's winner as a warm start named by its kernel, fingerprint and result, and each search measures
-  it, re-fitted to its sizes, in round 0 (the seeds); the stored result says so."""
-  first, rest = matmul(64, 64, 64), [matmul(48, 48, 48), matmul(80, 80, 80)]
+  """Issue 13 item 4 through the service: matmul 32 searched and served; matmul 24 and 40, submitted for the same fingerprint,
+  are each claimed with 32's winner as a warm start named by its kernel, fingerprint and result, and each search measures
+  it, re-fitted to its sizes, in round 0 (the seeds); the stored result says so. Under heuristic.THREAD_WORK, so that the
+  hand-coded baselines run on one core: a threaded one on a busy machine (this suite's other worker) is timed contended,
+  given back as device busy and claimed again, which changes the job counts checked here, not the seeding."""
+  first, rest = matmul(32, 32, 32), [matmul(24, 24, 24), matmul(40, 40, 40)]
+  assert not any(o.op == "THREAD" for k in (first, *rest) for o in hand_coded_optimizations(Kernel(k, cpu.options())))
   with Client(server, "sub") as user, Client(server, "wrk", cache_dir=tmp_path) as wc:
     job, = user.submit([first], "CPU", SEARCH)
     w = Worker(wc, "CPU")
@@ -73,7 +76,7 @@ def test_a_served_search_is_seeded_by_the_winner_of_the_kernel_alike_tuned_befor
       root = Kernel(k, cpu.options())
       assert seed["applied"] == [o.to_json() for o in refit(root, won["opts"], actions_for(root.options)).applied_opts] and r["seeds_dropped"] == 0
       assert seed["applied"] in [m["opts"] for m in r["measurements"] if m["round"] == 0], r["measurements"]
-    assert [s["kernel_key"] for s in r["seeds"]] == [first.key, rest[0].key]  # 80's: 64 the nearest, then 48 (tuned by then)
+    assert [s["kernel_key"] for s in r["seeds"]] == [first.key, rest[0].key]  # 40's: 32 the nearest, then 24 (tuned by then)
 
 
 def worker_process(url: str, lease_s: float) -> subprocess.Popen:
