@@ -243,8 +243,14 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # 2-D tile of pixels. 1 thread, busy Zen 4, CODEGEN 20, interleaved, against the 7 x 2 tile: 3x3 stride 2, 128
   # channels 56x56 1.29-1.43x (7 x 2 with the window row unrolled 1.01x, 4 x 2 1.22x), 256 at 28x28 1.20x, 512 at 14x14
   # (half-width vectors) 1.13x; two vectors (64 at 56x56, the 7x7 stem) 0.98-1.01x, and a row's part of 4 or 2 pixels
-  # 0.81-1.06x (sops_5748, sops_2471, sops_2472, sops_2397: too few accumulators): not taken
-  strided_row = wide and short_row and bool(pixels) and _tile_part(t, pixels, 0, budget) == budget // 2 and _strided_conv(t, pixels, packed)
+  # 0.81-1.06x (sops_5748, sops_2471, sops_2472, sops_2397: too few accumulators): not taken. Full-width AVX-512, two
+  # vectors whose copy is half the budget or more (their input channels blocked below: _channel_blocks) take it too, their
+  # 7 pixels all of their budget (1 thread, BUSY Emerald Rapids, thread CPU time, interleaved: 3x3 stride 2, 128 channels
+  # 56x56, 1.21x one vector's 7 pixels unrolled, 1.11x not; 256 at 28x28 1.05x, 0.95x not)
+  pair = vecs > 1 and wide and not k.options.half_width_fma and t.pack_bytes(packed) >= PACK_BYTES // 2
+  row_budget = PIXEL_TILE_512 if pair else budget
+  strided_row = wide and short_row and bool(pixels) and _tile_part(t, pixels, 0, row_budget) == row_budget // 2 and \
+    _strided_conv(t, pixels, packed)
   window = not padded and bool(pixels) and _tile_part(t, pixels, 0, budget) is not None and short_row and \
     (strided_row or _shared_window(t, pixels[0], last))
   # AVX2, two vectors beside a stride-1 window row (its inputs shared, the window's row unrolled): a part of the row of up
@@ -288,9 +294,23 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
   # batch 2) 0.47 -> 0.41; 2 threads, 2048->512 least of 261 0.84 -> 0.69. Zen 4 ran two vectors' whole 128 and 256 KB
   # copies slower (2048->512: 0.59x, 32 rows 8 KB apart copied into one L1 set, before lower.pack copied them in lines)
   # and their 64 KB ones faster (_packed_vector): a block's 32 KB is under that, its rows copied in lines
-  if vecs > 1 and wide and t.is_reduce_axis(inner := t.shape_len - t.upcasted - 1) and t.pack_bytes(packed) >= PACK_BYTES // 2:
-    _block(t, inner, 1, BLOCK_K)
+  if vecs > 1 and wide and t.pack_bytes(packed) >= PACK_BYTES // 2:
+    if t.is_reduce_axis(inner := t.shape_len - t.upcasted - 1): _block(t, inner, 1, BLOCK_K)
+    # full-width AVX-512 (two FMAs a cycle), where that leaves the copy at half the budget or more (a window's reduce,
+    # whose innermost axis is the window's row): the input channels in blocks (_channel_blocks). 1 thread, BUSY Emerald
+    # Rapids, thread CPU time, interleaved, against one vector x 7 pixels (7 accumulators: fewer than two FMA ports'
+    # chains, their products summed as a tree): 3x3 256 14x14 1.14-1.21x (blocks of 128 channels; of 64 1.14x), 128
+    # stride 2 56x56 1.23-1.31x (64; unblocked 1.10-1.20x), 128 28x28 1.53x (64; unblocked 1.26-1.28x)
+    if not k.options.half_width_fma and t.pack_bytes(packed) >= PACK_BYTES // 2: _channel_blocks(t, packed)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed + ([rows[0]] if rows is not None else [])) else None
+
+def _channel_blocks(t: Kernel, packed: list[int]) -> None:
+  """BLOCK the reduce's outermost axis (a conv's input channels) into the largest blocks whose packed copies are under
+  half of PACK_BYTES, where one divides it."""
+  size = t.full_shape[axis := t.first_reduce]
+  def fits(d: int) -> bool: return _try(c := t.copy(), Opt(OptOp.BLOCK, axis, d)) and c.pack_bytes(packed) < PACK_BYTES // 2
+  if isinstance(size, int) and (d := next((d for d in range(size // 2, 1, -1) if size % d == 0 and fits(d)), None)) is not None:
+    t.apply_opt(Opt(OptOp.BLOCK, axis, d))
 
 def _pixel_axes(k: Kernel, packed: list[int]) -> list[int]:
   """The global axes past threads and blocks, innermost first, that reuse each packed vector (the packed leaves do not
