@@ -445,6 +445,25 @@ def test_two_vectors_of_channels_whose_copy_is_over_half_the_budget_take_blocks_
   assert [(o.op, o.axis, o.amt) for o in opts] == [("BLOCK", 0, 16), ("UPCAST", 1, 8), ("UPCAST", 1, 2), ("UPCAST", 2, 7), ("PACK", 2, None)], opts
   check(k, opts=opts)
 
+def test_a_full_width_avx512_3x3_conv_takes_two_vectors_of_channels_over_blocks_of_its_input_channels():
+  # two vectors' copy of a 3x3's weights at 128 input channels is over half the budget (147 KB), and its reduce's innermost
+  # axis is the window's row: on full-width AVX-512 the input channels go in blocks whose copy is under half (64 here),
+  # beside 7 pixels, a strided window row unrolled too (1 thread, busy Emerald Rapids: 3x3 256 14x14 1.14x, 128 stride 2
+  # 56x56 1.40x one vector's 7 pixels); Zen 4 (half_width_fma) keeps one vector's 7
+  def tile(k, half_width_fma):
+    opts = hand_coded_optimizations(Kernel(k, replace(cpu.options(), float_vector_widths=(4, 8, 16), half_width_fma=half_width_fma, threads=1)))
+    return opts, [(o.op, o.axis, o.amt) for o in opts]
+  schedules = []
+  for stride, hw in ((1, 14), (2, 28)):
+    k = conv2d(1, 128, hw, hw, 64, 3, 3, stride=stride, padding=1)
+    opts, applied = tile(k, False)
+    assert applied == [("BLOCK", 0, 32), ("UPCAST", 1, 16), ("UPCAST", 1, 2), ("UPCAST", 3, 7), ("UNROLL", 2, 0), ("BLOCK", 4, 64),
+                       ("PACK", 2, None)], opts
+    assert tile(k, True)[1] == [("BLOCK", 0, 16), ("UPCAST", 1, 0), ("UPCAST", 3, 7), ("UNROLL", 2, 0), ("PACK", 2, None)]
+    schedules.append((k, opts))
+  if not cpu.options().avx512: pytest.skip("schedules checked; running them needs an AVX-512 host, this one has none")
+  for k, opts in schedules: check(k, opts=opts)
+
 def test_threads_split_a_convs_channel_blocks_where_its_weights_outweigh_its_input():
   # each thread packs the weights of the blocks it takes: split over the pixels, each packed all of them (3x3 256 14x14,
   # 2.4 MB of weights against 0.2 MB of input: 1.06x over the channel blocks at 2 threads, busy Zen 3); where the input
