@@ -279,11 +279,12 @@ def test_a_1x1_convs_pixels_are_blocked_where_its_reduce_is_too_short_to_block()
 
 def test_a_conv_whose_rows_do_not_split_runs_its_channel_blocks_on_the_threads():
   # ResNet-50's last stage: 7 rows of 7 pixels, the output channels in blocks; those blocks are what the threads split
-  # (one thread ran the whole 3x3 512 -> 512 conv before)
+  # (one thread ran the whole 3x3 512 -> 512 conv before; on full-width AVX-512 its input channels are blocks too, which
+  # no thread may split)
   for cin in (512, 128):
     k = Kernel(conv := conv2d(1, cin, 7, 7, cin, 3, 3, padding=1), replace(cpu.options(), threads=2))
     opts = hand_coded_optimizations(k)
-    assert opts[-1].op == "THREAD" and opts[-1].axis < k.block_dims and k.reduce_blocks == [], opts
+    assert opts[-1].op == "THREAD" and opts[-1].axis < k.block_dims, opts
   check(conv, opts=opts)
 
 
