@@ -299,8 +299,8 @@ def _channel_tile(k: Kernel, axis: int, width: int, vecs: int, packed: list[int]
     # full-width AVX-512 (two FMAs a cycle), where that leaves the copy at half the budget or more (a window's reduce,
     # whose innermost axis is the window's row): the input channels in blocks (_channel_blocks). 1 thread, BUSY Emerald
     # Rapids, thread CPU time, interleaved, against one vector x 7 pixels (7 accumulators: fewer than two FMA ports'
-    # chains, their products summed as a tree): 3x3 256 14x14 1.14-1.21x (blocks of 128 channels; of 64 1.14x), 128
-    # stride 2 56x56 1.23-1.31x (64; unblocked 1.10-1.20x), 128 28x28 1.53x (64; unblocked 1.26-1.28x)
+    # chains, their products summed as a tree), blocks of 64 channels: 3x3 256 14x14 1.11-1.14x (of 128 1.16-1.21x), 128
+    # stride 2 56x56 1.17-1.40x (unblocked 1.06-1.20x), 128 28x28 1.18-1.34x (unblocked 1.26-1.28x), 512 7x7 1.35-1.38x
     if not k.options.half_width_fma and t.pack_bytes(packed) >= PACK_BYTES // 2: _channel_blocks(t, packed)
   return t if all(_try(t, Opt(OptOp.PACK, j)) for j in packed + ([rows[0]] if rows is not None else [])) else None
 
