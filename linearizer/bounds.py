@@ -145,9 +145,10 @@ def cast(x: Value, src: DType, dst: DType, bitcast: bool, exact: Cast) -> Value:
     if src == bool_: return x
     return Bounds((x.lo > 0) | (x.hi < 0), ~((x.lo == 0) & (x.hi == 0)))
   if src == bool_: return Bounds(exact(x.lo, src, dst, False), exact(x.hi, src, dst, False))
-  if src.is_float and dst.is_int:  # truncation then saturation: increasing, but NaN -> 0 is not
-    nan = np.isnan(x.lo) | np.isnan(x.hi)
-    return _pick(nan, anything(dst, x.lo.shape), Bounds(exact(x.lo, src, dst, False), exact(x.hi, src, dst, False)))
+  if src.is_float and dst.is_int:  # truncation: increasing while it fits dst; past that it wraps or jumps (reference._float_to_int)
+    lo, hi = np.trunc(x.lo.astype(np.float64)), np.trunc(x.hi.astype(np.float64))
+    fits = (lo >= dst.min) & (hi < 2.0 ** (8 * dst.itemsize - (dst.kind == "i")))  # NaN fails
+    return _pick(fits, Bounds(exact(x.lo, src, dst, False), exact(x.hi, src, dst, False)), anything(dst, x.lo.shape))
   if src.is_int and dst.is_int:
     return _ints(x.lo.astype(np.float64), x.hi.astype(np.float64), dst)
   return Bounds(exact(x.lo, src, dst, False), exact(x.hi, src, dst, False))  # to a float: rounding is increasing

@@ -32,8 +32,11 @@ It is the golden answer for every generated kernel, so the semantics are spelled
 - bool: ADD and MAX are OR, MUL is AND, XOR is XOR, NEG is NOT; SUB, DIV and MOD are not defined.
 - Comparisons give bool; NaN compares false (CMPEQ too).
 - CAST: to bool is `x != 0` (NaN is true); from bool gives 0 or 1; int to int wraps; int or float to
-  float rounds to nearest; float to int truncates toward zero and SATURATES to the target's range,
-  NaN giving 0 (C leaves these undefined; we define them). A bitcast reinterprets the bits.
+  float rounds to nearest; float to int is x86-64's conversion (what numpy's astype and plain C give there), defined
+  for every input (C leaves out-of-range and NaN undefined; we define them): truncation toward zero to int32 (int64
+  for uint32 and int64), a value outside that range or NaN giving its minimum (x86's "integer indefinite"), the result
+  wrapped to the target; to uint64 a value in [-2^63, 2^64) wraps, one above gives 0, one below or NaN 2^63. A
+  bitcast reinterprets the bits.
 - REDUCE SUM accumulates in float32 for float16/bfloat16/float32, float64 for float64, and in the
   integer dtype itself (wrapping) for integers; the result is rounded to the dtype. MAX starts
   from the first element (every axis has at least one), propagating NaN.
@@ -401,13 +404,22 @@ def alu(op: str, dt: DType, xs: list[np.ndarray]) -> np.ndarray:
 def cast(x: np.ndarray, src: DType, dst: DType, bitcast: bool) -> np.ndarray:
   if bitcast: return np.ascontiguousarray(x).view(dst.np)
   if dst == bool_: return x != 0
-  if src.is_float and dst.is_int:
-    f = np.trunc(x.astype(np.float64))
-    bits = dst.itemsize * 8 - (dst.kind == "i")
-    over, under = f >= 2.0 ** bits, f < (-(2.0 ** bits) if dst.kind == "i" else 0)
-    out = np.where(np.isnan(f) | over | under, 0, f).astype(dst.np)
-    return np.where(over, dst.np.type(dst.max), np.where(under, dst.np.type(dst.min), out))
+  if src.is_float and dst.is_int: return _float_to_int(np.trunc(x.astype(np.float64)), dst)
   return x.astype(dst.np)
+
+def _float_to_int(t: np.ndarray, dst: DType) -> np.ndarray:
+  """x86-64's conversion of truncated floats `t` (float64, exact), spelled out so that it holds on every host: through
+  int32 (int64 for uint32 and int64) where `t` fits, else that type's minimum (NaN too), then wrapped to dst; uint64
+  takes [-2^63, 2^64) wrapped, 0 above, 2^63 below and NaN (gcc's two-conversion sequence)."""
+  i64 = lambda v: np.where(np.abs(v) < 2.0 ** 63, v, -(2.0 ** 63)).astype(np.int64)  # noqa: E731  (NaN: the minimum)
+  if dst.name == "uint64":
+    low = (t >= -(2.0 ** 63)) & (t < 2.0 ** 63)
+    high = (t >= 2.0 ** 63) & (t < 2.0 ** 64)
+    beyond = np.where(t > 0, np.uint64(0), np.uint64(2 ** 63))
+    return np.where(low, i64(t).astype(np.uint64), np.where(high, i64(t - 2.0 ** 63).astype(np.uint64) + np.uint64(2 ** 63), beyond))
+  bits = 64 if dst.itemsize == 8 or dst.name == "uint32" else 32
+  fits = (t >= -(2.0 ** (bits - 1))) & (t < 2.0 ** (bits - 1))
+  return i64(np.where(fits, t, -(2.0 ** (bits - 1)))).astype(dst.np)
 
 
 def _reduce(fn: str, dt: DType, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:

@@ -1,6 +1,6 @@
 """C-style source for the linear IR -- C and OpenCL C here, CUDA, HIP and Metal in render_gpu -- from one renderer and
 a small table per language, with the reference semantics spelled out where C leaves them undefined: integer division
-by 0 or -1, NaN in MAX, float-to-int casts that saturate, signed overflow that wraps, and float16/bfloat16 arithmetic
+by 0 or -1, NaN in MAX, float-to-int casts out of range or of NaN, signed overflow that wraps, and float16/bfloat16 arithmetic
 done in float and rounded after every op. MULACC is an explicit fused multiply-add (the compiler contracts nothing
 itself: -ffp-contract=off in C, FP_CONTRACT OFF in OpenCL). Vectors are C's gcc/clang vector extensions, selecting
 lanes through masks where scalar code has ?:, and OpenCL's built-in vector types with select()."""
@@ -192,14 +192,27 @@ def cast(x: str, src: DType, dst: DType, bitcast: bool, lang: Lang = C) -> str:
     u = lang.bitcast.format(s=lang.storage_type(src), d=lang.storage_type(dst), x=lang.store[src.name].format(x) if src.name in lang.store else x)
     return lang.load[dst.name].format(u) if dst.name in lang.load else u
   if dst == bool_: return f"({x}!=0)"
-  if src.is_float and dst.is_int:  # truncate, saturate, NaN to 0
-    bits = dst.itemsize * 8 - (dst.kind == "i")
-    lo = f"-{float(2 ** bits).hex()}" if dst.kind == "i" else "-0x1p+0"
-    f, t = f"({lang.wide}){x}", lang.ctype(dst)
-    return (f"({f}!={f}?({t})0:{f}>={float(2 ** bits).hex()}?{literal(dst.max, dst, lang)}:"
-            f"{f}{'<' if dst.kind == 'i' else '<='}{lo}?{literal(dst.min, dst, lang)}:({t}){f})")
+  if src.is_float and dst.is_int: return float_to_int(x, src, dst, lang)
   if src.name == "float64" and dst.name in lang.from_double: return lang.from_double[dst.name].format(x)
   return _narrow(dst, f"({lang.ctype(dst)}){_f(src, x)}", lang)
+
+
+def float_to_int(x: str, src: DType, dst: DType, lang: Lang) -> str:
+  """reference._float_to_int. C defines a conversion only where the truncated value fits the type, so each is behind a
+  range check in the source's precision (exact: its bounds are powers of two or, from a double to int32, -2^31 - 1;
+  NaN fails it), and no compiler's folding of a constant can differ from the rule."""
+  v, t = _f(src, x), lang.ctype(dst)
+  fl = lambda c: f"{float(c).hex()}{'' if src.name == 'float64' else 'f'}"  # noqa: E731  (powers of two: exact in float)
+  def fits(bits: int) -> str:  # -2^(bits-1) - 1 < v < 2^(bits-1): the truncation fits intN
+    lo = f">{-(2 ** 31) - 1}.0" if bits == 32 and src.name == "float64" else f">=-{fl(2 ** (bits - 1))}"  # else no value between
+    return f"({v}{lo}&&{v}<{fl(2 ** (bits - 1))})"
+  i64 = lang.ctype(DTYPES["int64"])
+  if dst.name == "uint64":  # [-2^63, 0) through int64, [0, 2^64) as it is; 0 above, 2^63 below and NaN
+    return (f"({v}>=0?({v}<{fl(2 ** 64)}?({t}){v}:{literal(0, dst, lang)}):"
+            f"{fits(64)}?({t})({i64}){v}:{literal(2 ** 63, dst, lang)})")
+  bits = 64 if dst.itemsize == 8 or dst.name == "uint32" else 32
+  via = DTYPES["int64" if bits == 64 else "int32"]
+  return f"(({t})({fits(bits)}?({lang.ctype(via)}){v}:{literal(via.min, via, lang)}))"
 
 
 VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is

@@ -26,7 +26,7 @@ VEC_CASTS = {("float16", "float32"), ("float32", "float16"), ("float32", "float6
 
 def lane_by_lane(op: str, src: DType, dst: DType) -> bool:
   """Whether a vector's op (an ALU op or CAST, from `src` lanes to `dst` lanes) is computed lane by lane: integer DIV
-  and MOD (by 0 and -1 defined), float MOD (fmod) and float-to-int casts (saturating, NaN to 0)."""
+  and MOD (by 0 and -1 defined), float MOD (fmod) and float-to-int casts (range checks: C leaves the rest undefined)."""
   if op == "CAST": return src.name in VEC_MEMORY and src.is_float and dst.name in INTS
   return (op == "MOD" or op == "DIV" and src.is_int) and src.name in VEC_ARITH
 

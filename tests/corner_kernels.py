@@ -5,6 +5,14 @@ from linearizer.dtypes import DTYPES, bool_, float32, float64
 from linearizer.kernel import Opt
 
 N = 64
+
+# the floats a float-to-int cast is checked on: each side of every int dtype's ends (and of 2^63 and 2^64 where uint64
+# changes rule), fractions that truncate, infinities and NaN (docs/kernel-format.md)
+_POWERS = [2.0 ** k for k in (7, 8, 15, 16, 31, 32, 63, 64)]
+FLOAT_TO_INT_EDGES = [0.0, -0.0, 0.5, -0.5, 0.9, -0.9, 1.9, -1.9, 127.5, -128.5, 255.5, 65535.9, -32768.5, 2.0 ** 31 - 128,
+                      -(2.0 ** 31) - 256, 3e9, -3e9, 5e9, -5e9, 1e10, 2.0 ** 63 - 1024, 1.5 * 2.0 ** 63, 2.0 ** 64 - 4096, 1e20,
+                      -1e20, 3.4e38, -3.4e38, 65504.0, 1e-40, float("inf"), -float("inf"), float("nan"), -float("nan")] + \
+                     [v for p in _POWERS for v in (p, p - 1, p + 1, -p, -p - 1)]
 SCHEDULES = ([Opt("LOCAL", 0, 8)], [Opt("UPCAST", 0, 4)], [Opt("UPCAST", 0, 2)], [Opt("GROUP", 0, 16)])  # each kernel is built under each
 
 

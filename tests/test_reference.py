@@ -1,11 +1,12 @@
 """The reference interpreter's semantics, one documented rule per test, and its consistency checks."""
-import math
+import math, platform
 import numpy as np
 import pytest
 from linearizer import reference
 from linearizer.ast import load, concrete_st
 from linearizer.builders import alu, cast, const, kernel, ld, red, st, matmul, reduce, conv2d
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8
+from corner_kernels import FLOAT_TO_INT_EDGES
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 
@@ -60,13 +61,32 @@ def test_integer_arithmetic_wraps():
   np.testing.assert_array_equal(unary(lambda x: alu("NEG", x), [I32_MIN, 5], int32), [I32_MIN, -5])
 
 
-def test_float_to_int_truncates_and_saturates_nan_to_zero():
-  x = [1.9, -1.9, 1e10, -1e10, float("nan"), float("inf"), -float("inf"), 255.5, -0.5]
-  np.testing.assert_array_equal(unary(lambda v: cast(v, int32), x, float32),
-                                [1, -1, I32_MAX, I32_MIN, 0, I32_MAX, I32_MIN, 255, 0])
-  np.testing.assert_array_equal(unary(lambda v: cast(v, uint8), x, float32), [1, 0, 255, 0, 0, 255, 0, 255, 0])
-  np.testing.assert_array_equal(unary(lambda v: cast(v, DTYPES["int64"]), [1e30, -1e30, 3.7], DTYPES["float64"]),
-                                [2**63 - 1, -2**63, 3])
+def test_float_to_int_casts_are_x86_64s():
+  """Through int32 (int64 for uint32 and int64), whose minimum a value out of its range or NaN gives, then wrapped;
+  uint64 wraps [-2^63, 2^64), gives 0 above and 2^63 below and for NaN (docs/kernel-format.md)."""
+  nan, inf, p31, p63 = float("nan"), float("inf"), 2**31, 2**63
+  x = [1.9, -1.9, 255.5, -0.5, 300.0, -1.0, 2.0**31, -2.0**31, 2.0**32, 2.0**33 + 2**31, -2.0**33, 2.0**63, 2.0**64, -2.0**64,
+       1.5 * 2**63, inf, -inf, nan]
+  want = {"int32": [1, -1, 255, 0, 300, -1] + [I32_MIN] * 12,
+          "int8": [1, -1, -1, 0, 44, -1] + [0] * 12,
+          "uint32": [1, 2**32 - 1, 255, 0, 300, 2**32 - 1, p31, p31, 0, p31] + [0] * 8,
+          "int64": [1, -1, 255, 0, 300, -1, p31, -p31, 2**32, 2**33 + p31, -2**33] + [-p63] * 7,
+          "uint64": [1, 2**64 - 1, 255, 0, 300, 2**64 - 1, p31, 2**64 - p31, 2**32, 2**33 + p31, 2**64 - 2**33, p63, 0, p63, 3 * 2**62,
+                     0, p63, p63]}
+  for src in (float32, DTYPES["float64"]):
+    for name, w in want.items():
+      assert unary(lambda v, name=name: cast(v, DTYPES[name]), x, src).tolist() == w, (src, name)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="numpy's astype is x86-64's conversion only on x86-64")
+def test_float_to_int_casts_are_numpys_astype_on_x86_64():
+  """Element by element, as tinygrad's tests compare: numpy's loop over a contiguous array converts float to uint32 as
+  gcc's SIMD code does (out of range: 0 above 2^32, 2^31 below -2^31 and for NaN), its single elements as scalar C does."""
+  for src in (float16, DTYPES["bfloat16"], float32, DTYPES["float64"]):
+    with np.errstate(all="ignore"): x = np.array(FLOAT_TO_INT_EDGES).astype(src.np)
+    for dt in (d for d in DTYPES.values() if d.is_int):
+      with np.errstate(all="ignore"): want = np.concatenate([x[i:i + 1].astype(dt.np) for i in range(len(x))])
+      np.testing.assert_array_equal(unary(lambda v, dt=dt: cast(v, dt), x, src), want, err_msg=f"{src} -> {dt}")
 
 
 def test_int_casts_wrap_and_bool_casts_test_nonzero():
@@ -311,6 +331,17 @@ def test_comparisons_and_int_casts_of_transcendentals_allow_either_side():
   assert list(want[0]) == [8, 11, 4, 1] and list(lo) == [7, 11, 3, 1] and list(hi) == [8, 11, 4, 1]
   assert reference.mismatch(np.array([7, 11, 3, 1], np.int32), want[0], int32, 1, lo, hi) is None
   assert reference.mismatch(np.array([8, 12, 4, 1], np.int32), want[0], int32, 1, lo, hi) is not None
+
+def test_an_int_cast_of_a_transcendental_near_int32s_end_may_give_either_side_of_the_jump():
+  """exp2(31) is 2^31 (past int32: INT32_MIN); an ulp below, 2^31 - 128 converts as it is: both are correct kernels."""
+  x = np.array([31.0, 30.0], np.float32)
+  k = kernel(cast(alu("EXP2", ld(1, (2,), float32)), int32))
+  want = [np.zeros(2, np.int32), x]
+  reference.run(k, want)
+  lo, hi = reference.run_bounds(k, [np.zeros(2, np.int32), x])
+  assert list(want[0]) == [I32_MIN, 2**30] and list(lo) == [I32_MIN, 2**30 - 128] and list(hi) == [I32_MAX, 2**30 + 128]  # bounds' ulps
+  assert reference.mismatch(np.array([2**31 - 128, 2**30], np.int32), want[0], int32, 1, lo, hi) is None
+  assert reference.mismatch(np.array([I32_MIN, 2**30 + 1024], np.int32), want[0], int32, 1, lo, hi) is not None
 
 def test_bounds_of_a_sum_over_transcendentals_hold_random_errors(monkeypatch):
   """A SUM's terms from EXP2 and a MUL contraction with a transcendental operand (midpoint-radius bounds)."""
