@@ -38,21 +38,28 @@ def _half_width_fma(isa: frozenset[str]) -> bool:
   kv = _cpu_fields()
   return "avx512f" in isa and kv.get("vendor_id") == "AuthenticAMD" and kv.get("cpu family") == "25"
 
+# the most stream_store_bytes is: a last-level cache sysfs reports can be a whole socket's, shared with tens of cores
+# (this session's Intel Emerald Rapids VM: 300 MiB for its 2 cores), of which one core's output gets no half. There,
+# layernorm's norm (16 MiB out, its input in the cache) and a kernel reading the output back, 1 thread, BUSY, thread CPU
+# time, interleaved, non-temporal against normal stores: 1 MiB 0.56x, 2 MiB 0.89-0.92x, 4 MiB 0.98-1.00x, 8 MiB 1.10x,
+# 16 MiB 1.31-1.36x, 32 MiB 1.16-1.19x. At 32 MiB of L3 (Zen 3 and 4) half is this already: unchanged there
+STREAM_STORE_MAX = 16 << 20
+
 @functools.cache
 def stream_store_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> Optional[int]:
   """The output size from which a kernel's stores bypass the cache (render_c.streamed): half the last-level cache that
-  sysfs reports for CPU 0 (None where it reports none: normal stores); read, not measured, as a fingerprint must not
-  move with the load. An output of half the cache and the inputs it is computed from fill it, so its reader would find
-  most of it in memory anyway. On a Zen 3 host (a 32 MiB L3 shared with other machines; BUSY) a kernel writing its output
-  and a second reading it back ran faster with non-temporal stores from 8 MiB outputs, slower from 4 MiB down (2x at
-  1 MiB, where the reader finds the output in the cache): half is on the safe side of that."""
+  sysfs reports for CPU 0, at most STREAM_STORE_MAX (None where it reports none: normal stores); read, not measured, as
+  a fingerprint must not move with the load. An output of half the cache and the inputs it is computed from fill it, so
+  its reader would find most of it in memory anyway. On a Zen 3 host (a 32 MiB L3 shared with other machines; BUSY) a
+  kernel writing its output and a second reading it back ran faster with non-temporal stores from 8 MiB outputs, slower
+  from 4 MiB down (2x at 1 MiB, where the reader finds the output in the cache): half is on the safe side of that."""
   levels = []
   for d in sysfs.glob("index[0-9]*"):
     try: level, kind, size = ((d / f).read_text().strip() for f in ("level", "type", "size"))
     except OSError: continue
     if kind in ("Data", "Unified") and (m := re.fullmatch(r"(\d+)([KMG]?)", size)):
       levels.append((int(level), int(m[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[m[2]]))
-  return max(levels)[1] // 2 if levels else None
+  return min(max(levels)[1] // 2, STREAM_STORE_MAX) if levels else None
 
 def render(prog: LinearProgram) -> str:
   """The device interface's renderer: C, large outputs stored non-temporally."""

@@ -74,7 +74,7 @@ def test_streamed_results_match_the_reference_at_any_output_alignment(opts, offs
   assert (msg := compare(k, [out, *bufs[1:]], want, {})) is None, msg
 
 
-def test_the_threshold_is_half_the_last_level_cache_sysfs_reports(tmp_path):
+def test_the_threshold_is_half_the_last_level_cache_sysfs_reports_at_most_its_cap(tmp_path):
   def cache(i, level, kind, size):
     d = tmp_path / f"index{i}"
     d.mkdir()
@@ -86,4 +86,6 @@ def test_the_threshold_is_half_the_last_level_cache_sysfs_reports(tmp_path):
   assert cpu.stream_store_bytes.__wrapped__(tmp_path) == 256 << 10
   cache(3, 3, "Unified", "32768K")
   assert cpu.stream_store_bytes.__wrapped__(tmp_path) == 16 << 20
+  (tmp_path / "index3" / "size").write_text("307200K\n")  # a socket's L3 (an Emerald Rapids VM's): at most STREAM_STORE_MAX
+  assert cpu.stream_store_bytes.__wrapped__(tmp_path) == cpu.STREAM_STORE_MAX == 16 << 20
   assert cpu.fingerprint()["stream_store_bytes"] == cpu.stream_store_bytes()  # the fingerprint names the rule's threshold
