@@ -409,7 +409,7 @@ def _contiguous_reduce(k: Kernel, axis: int, width: int) -> bool:
     any(st.views[-1].strides[axis] == 1 and (st.views[-1].mask is None or st.views[-1].mask[axis] == (0, size))
         for a, st in zip(k.leaves[1:], k.sts[1:]) if not isinstance(a, ConstArg))
 
-def _streamed_row(k: Kernel, widths: tuple[int, ...]) -> int | None:
+def _streamed_row(k: Kernel, widths: tuple[int, ...]) -> tuple[int, int] | None:
   """A reduce over an axis that is no load's contiguous one (a column sum), where an output axis is contiguous in the
   output and in every load that moves along it (no gathers: sops_7102 ran slower with them): upcast it as the vector,
   the widest that divides it (a 24-wide row takes 8: sops_8892 8.0 -> 0.25 ms, busy Zen 4), and then by as many vectors
@@ -417,7 +417,7 @@ def _streamed_row(k: Kernel, widths: tuple[int, ...]) -> int | None:
   4096x4096, 1 thread: 11.0 ms unrolled 8 rows -> 1.67 ms with 16 vectors and 2 rows unrolled, busy Zen 5). A pooling
   window (a reduce of at most POOL_WINDOW positions) may read the row at its stride 2 too: its lanes come from two
   loads and a shuffle (lower), cheaper than a scalar window each (maxpool 3x3 stride 2 from 64x112x112, busy Zen 4:
-  1.12 -> 0.24 ms). The axis, or None."""
+  1.12 -> 0.24 ms). The axis and the rows a step of the reduce reads (_stream_rows), or None."""
   out = k.sts[0].views[-1]
   window = math.prod(smax(k.full_shape[i]) for i in range(k.first_reduce, k.shape_len)) <= POOL_WINDOW
   loads = [st.views[-1].strides for a, st in zip(k.leaves[1:], k.sts[1:]) if isinstance(a, MemArg)]
@@ -437,9 +437,9 @@ def _streamed_row(k: Kernel, widths: tuple[int, ...]) -> int | None:
   if axis is None or not _try(k, Opt(OptOp.UPCAST, axis, width)): return None
   # (leaving two steps of the axis at least: a loop threads can split); beside more than 2 rows a step (_stream_rows), as
   # many vectors as the rows leave of MAX_VECTORS
-  cap = min(16, MAX_VECTORS // _stream_rows(k))
+  cap = min(16, MAX_VECTORS // (rows_a_step := _stream_rows(k)))
   next((n for n in (16, 8, 4, 2) if n <= cap and smax(k.full_shape[axis]) >= 2 * n and _try(k, Opt(OptOp.UPCAST, axis, n))), None)
-  return axis
+  return axis, rows_a_step
 
 def _stream_rows(k: Kernel) -> int:
   """The rows a step of a streamed row's reduce reads (step 2's unroll): LinearizerOptions.column_sum_rows where that
@@ -629,7 +629,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   #    still vectorises its ops), unless the reduce itself can be the vector (step 2: softmax's exp-sum reads its rows
   #    contiguously), which needs no gathers.
   upcasted: set[int] = set()
-  streamed: int | None = None  # the output row _streamed_row took
+  streamed: tuple[int, int] | None = None  # the output row _streamed_row took, and its rows a step
   widths = vector_widths(k.ast, k.options)
   widest = max(widths or k.options.float_vector_widths, default=4)
   vector_reduce = k.reduceop is not None and not gpu and bool(widths) and _contiguous_reduce(k, k.shape_len - k.upcasted - 1, widest)
@@ -656,9 +656,8 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   elif not gpu and widths and vec is None and _packed_vector(k, widest, narrow=True):
     return _threads(k, work, transcendentals, start, split_packs=_packs_outweigh(k))
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
-  elif k.reduceop is not None and not gpu and widths and not vector_reduce and (row := _streamed_row(k, widths)) is not None:
-    upcasted.add(row)
-    streamed = row
+  elif k.reduceop is not None and not gpu and widths and not vector_reduce and (streamed := _streamed_row(k, widths)) is not None:
+    upcasted.add(streamed[0])
   row_tile = k.upcasted
   register_tile = not gpu and vec in upcasted and _register_tile(k, vec, widest)
   if not register_tile: _tile(k, vec, loads, upcasted, tile)
@@ -676,7 +675,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
       # (whole within MAX_UPCAST elements first; past them, where the Kernel counts vectors (kernel.MAX_VECTORS), only
       # where nothing else divides: an odd window's 3 or 7 beside a 128-lane tile, 2.5-20x faster than its loop, while a
       # 6-long reduce whole lost its cache blocks and ran 7x slower than unrolled by 2, sops_3201)
-      row_steps = [r] if streamed is not None and (r := _stream_rows(k)) > 2 else []  # (a streamed row's: _stream_rows)
+      row_steps = [streamed[1]] if streamed is not None and streamed[1] > 2 else []  # (a streamed row's: _stream_rows)
       amts = ([0] if size <= 16 and _upcast_budget(k) * size <= MAX_UPCAST else []) + vector + row_steps + \
         ([2] if _upcast_budget(k) >= tile // 2 else [8, 4]) + ([0] if size <= 16 else [])
       done = next((amt for amt in amts if _try(k, Opt(OptOp.UNROLL, last - k.first_reduce, amt))), None)
@@ -700,7 +699,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
       next((a for a in (4, 2) if smax(k.full_shape[axis]) >= 2 * a and _try(k, Opt(OptOp.UPCAST, axis, a))), None)
   if not gpu and k.reduceop is not None and vec in upcasted:  # (vec: an int there)
     _cache_blocks(k, vec, widest, REGISTER_TILES[widest][1] if register_tile else 1)
-  elif streamed is not None: _row_blocks(k, streamed)
+  elif streamed is not None: _row_blocks(k, streamed[0])
   # 4. GPUs: work-groups; CPUs: threads
   if gpu and not k.dont_use_locals: _locals(k)
   return _threads(k, work, transcendentals, start)
