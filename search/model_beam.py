@@ -2,8 +2,9 @@
 end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
 child, against a lowering's ~5 and a compile's 10-100) are proposed in the
 order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them
-(and a threaded child where those hold none: of those whose busiest core works least, the best-ranked; and the
-best-ranked one-core child where those all run threaded, whose lineage keeps the beam's last slot while it verifies).
+(and the best-ranked child of each thread count those hold none of, one core counted as one, and the best-ranked BLOCK
+child where those hold none: the model cannot rank across them; the one-core lineage keeps the beam's last slot while it
+verifies).
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
 baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate
@@ -21,7 +22,6 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from linearizer.kernel import Kernel, Opt, OptError, OptOp
 from linearizer.options import LinearizerOptions
-from search.actions import busiest
 from search.beam import BeamStrategy
 from search.cost_model import CostModel
 from search.features import schedule_features
@@ -35,8 +35,8 @@ MIN_TRAIN = 16
 OPTIMISM = 2.0   # spreads below its predicted log time an explored child may lie
 
 
-def _threaded(k: Kernel) -> bool: return bool(k.applied_opts) and k.applied_opts[-1].op is OptOp.THREAD  # a child's own opt: its last
-def _alone(k: Kernel) -> bool: return all(o.op is not OptOp.THREAD for o in k.applied_opts)  # runs on one core
+def _threads(k: Kernel) -> int: return next((o.amt or 0 for o in k.applied_opts if o.op is OptOp.THREAD), 1)  # the parts its work is split in
+def _alone(k: Kernel) -> bool: return _threads(k) == 1  # runs on one core
 
 def explored(top: int) -> int:
   """How many of a round's top measured children are explored: 1 of 3 to 7, 2 of 8 to 12, none of 1 or 2."""
@@ -77,22 +77,21 @@ class ModelBeamStrategy(BeamStrategy):
       return
     best = ranked[:top - explored(top)]
     hope = [int(i) for i in np.argsort(mean - OPTIMISM * spread, kind="stable") if i not in best][:explored(top)]
-    # THREAD's worth depends on what keeps the other cores busy while the kernel runs, which a model of other timings
-    # cannot know (beam's prune exempts THREAD for that reason): where the cut kept no threaded child, one threaded child
-    # is measured too (quiet, search_vs_tinygrad, cut to 5: in each of the 4 of 12 kernels where the winner was 0.57-0.76x
-    # the beam's, the beam's winner was threaded and the model's was not) -- of those whose busiest core does the least of
-    # the work, the model's fastest-ranked: it ranked sops_2123's THREAD 3 (on 2 cores one does 2/3 of the work) above
-    # its THREAD 2 children, and the search ended 0.78x the beam's, which took THREAD 2 (quiet)
-    if not any(_threaded(self.pending[i]) for i in best + hope):
-      threaded = [i for i in ranked if i not in hope and _threaded(self.pending[i])]
-      best += sorted(threaded, key=lambda i: busiest(self.pending[i].applied_opts[-1].amt or 1, self.pending[i].options.threads))[:1]
-    # and the other way round: where every child the cut kept runs threaded, the best-ranked one-core child is measured too
-    # (its lineage keeps a beam slot: _next_beam). A busy round timed a THREAD child while the other core happened to be
-    # free, the prior ranks threaded children first, and the search followed the threaded lineage alone: at the final
-    # check, contended, the beam's deeper one-core winners were faster (BUSY, mul_add_16m 0.89x the beam's, sum_rows_4096
-    # 0.50-0.54x on AMD Zen 4 in session 18)
-    if not any(_alone(self.pending[i]) for i in best + hope):
-      best += [i for i in ranked if i not in best + hope and _alone(self.pending[i])][:1]
+    # What the model cannot rank across: THREAD's worth depends on what keeps the other cores busy while the kernel runs,
+    # which a model of other timings cannot know (beam's prune exempts THREAD for that reason), and a BLOCK's on the
+    # caches. So besides the top, the best-ranked child of every thread count the top holds none of (one core counted as
+    # one), and where it holds no BLOCK child the best-ranked one, are measured too: on 2 cores (one core, THREAD 2, 3:
+    # search/actions.py thread_amounts) 3 more a round at most. A top of one count lost the others' lineages: sops_2123's
+    # winner threads its first axis 3 ways, a child the cut never measured (QUIET, Zen 4: 0.82x the beam's); session 14's
+    # model ranked its THREAD 3 above THREAD 2 and lost to the beam's THREAD 2 (0.78x); a busy round timed a threaded child
+    # while the other core was free and the search followed that lineage alone, where the beam's deeper one-core winners
+    # were faster at the final check (mul_add_16m 0.89x, sum_rows_4096 0.50-0.54x, session 18). Of the 10 kernels whose
+    # model search never came within 95% of the beam-8 reference (bench/results/sample_efficiency.json), 4 winners took a
+    # BLOCK the shipped prior ranked 12th-15th among its parent's children (of the 13 it came near, 2)
+    def kinds(c: Kernel) -> set: return {_threads(c)} | ({OptOp.BLOCK} if c.applied_opts and c.applied_opts[-1].op is OptOp.BLOCK else set())
+    kept = set().union(*(kinds(self.pending[i]) for i in best + hope))
+    for i in ranked:
+      if new := kinds(self.pending[i]) - kept: best, kept = best + [i], kept | new
     chosen = set(best + hope)
     self.pending, self.rest, self.partial = [self.pending[i] for i in best + hope], [self.pending[i] for i in ranked if i not in chosen], True
 

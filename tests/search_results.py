@@ -1,6 +1,6 @@
 """Realistic search results for the service's tests: example kernels, the hand-coded schedule as the baseline, and
 candidates of every kind a search measures (the seeds, a winner, one stopped early, failures)."""
-import functools, json
+import collections, functools, json
 from pathlib import Path
 from devices import cpu
 from linearizer.ast import KernelAST, loads
@@ -59,17 +59,14 @@ def search_result(k: KernelAST, fp: dict, fp_hash: str, best_s: float = 1e-3, ve
 def result_json(*a, **kw) -> dict: return json.loads(json.dumps(search_result(*a, **kw).to_json()))
 
 
-def _threaded(opts) -> bool:
-  """A candidate's own opt (its last) is THREAD: opts as Opts or their JSON."""
-  return bool(opts) and (opts[-1].op is OptOp.THREAD if isinstance(opts[-1], Opt) else opts[-1]["op"] == "THREAD")
-
-def _alone(opts) -> bool:
-  """No THREAD among the opts (Opts or their JSON): the schedule runs on one core."""
-  return all((o.op is not OptOp.THREAD) if isinstance(o, Opt) else o["op"] != "THREAD" for o in opts)
+def thread_count(opts) -> int:
+  """The parts a schedule's THREAD splits its work in (1: none, one core): opts as Opts or their JSON."""
+  return next((o.amt if isinstance(o, Opt) else o["amt"] for o in opts if (o.op if isinstance(o, Opt) else OptOp(o["op"])) is OptOp.THREAD), 1)
 
 def cut_to(round_opts: list, top: int) -> bool:
-  """Whether a model-strategy round measured as its cut says (search/model_beam.py): its top children, one more where
-  those hold no threaded child -- then the round's one threaded child --, and one more where they hold no one-core child
-  -- then the round's one one-core child. round_opts: each measured child's opts."""
-  extra = len(round_opts) - top
-  return extra <= 0 or extra <= 2 and (sum(map(_threaded, round_opts)) == 1) + (sum(map(_alone, round_opts)) == 1) >= extra
+  """Whether a model-strategy round measured as its cut says (search/model_beam.py): its top children, and one more for
+  each thread count (one core counted as one) those hold none of -- then the round's one child of that count --, and one
+  more where they hold no BLOCK child -- then the round's one BLOCK child. round_opts: each measured child's opts."""
+  extra, counts = len(round_opts) - top, collections.Counter(map(thread_count, round_opts))
+  blocks = sum((o[-1].op is OptOp.BLOCK) if isinstance(o[-1], Opt) else o[-1]["op"] == "BLOCK" for o in round_opts if o)
+  return extra <= 0 or sum(n == 1 for n in counts.values()) + (blocks == 1) >= extra

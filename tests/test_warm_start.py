@@ -90,7 +90,7 @@ def test_the_cost_model_learns_from_kernels_alike_and_orders_a_warm_searchs_chil
   assert first("beam") > times[len(times) // 8]
   for warm in ("warm beam", "warm model"):  # the neighbour's data: ranked from round 1, among the round's fastest first
     assert first(warm) <= times[len(times) // 8] and runs[warm][1] < runs["beam"][1]
-  # the model strategy cuts the round (its top 4, and a threaded child where those hold none), the beam does not
+  # the model strategy cuts the round (its top 4, and one child of each thread count those lack), the beam does not
   assert s.measure_top <= len(runs["warm model"][0]) < len(runs["warm beam"][0]) and cut_to(runs["warm model"][0], s.measure_top)
 
 
