@@ -90,19 +90,26 @@ def _identity(fn: str, dt: DType) -> int | float:
   if fn == "SUM": return 0
   return -float("inf") if dt.is_float else dt.min
 
-def lower(k: Kernel, name: str = "kernel") -> Program:
+class PastLimit(Exception):
+  """lower(k, limit): the fused IR would be over limit ops (the lowering stopped there)."""
+
+
+def lower(k: Kernel, name: str = "kernel", limit: Optional[int] = None) -> Program:
   """The kernel's linear IR: the declarations, the loops outside the reduce, the reduce (plain, grouped or on tensor
   cores), the stores; then products fused into their accumulates. Each loop nest and IF is a scope (_Lowering.scope).
-  Lowered twice where a padded row's vector load could be a shifted one the kernel loads anyway (_Lowering.loaded)."""
-  lo = _lower(k, frozenset())
+  Lowered twice where a padded row's vector load could be a shifted one the kernel loads anyway (_Lowering.loaded).
+  With `limit`, PastLimit as soon as the IR is sure to end over it: 2x limit uops emitted before any shifted load could
+  be (the second lowering emits the same ones up to there), a fused product taking one op away per fold at most."""
+  lo = _lower(k, frozenset(), 2 * limit if limit is not None else None)
   if lo.shiftable: lo = _lower(k, frozenset(u.arg for u in lo.uops if u.op is UOps.LOAD and u.vec == lo.W > 1 and LANE not in _names(u.arg[2])))
   launch = tuple(s for _, s in lo.gdims), tuple(concrete(s) for _, s in lo.ldims)  # LOCAL and GROUP split int sizes
   return Program(name, _fuse_mulacc(lo.uops, lo.sums), lo.bufs, list(k.ast.vars), tuple(k.applied_opts), *launch)
 
 def _names(x: sint) -> set[str]: return {v.name for v in variables(x)}
 
-def _lower(k: Kernel, loaded: frozenset) -> _Lowering:
+def _lower(k: Kernel, loaded: frozenset, stop: Optional[int] = None) -> _Lowering:
   lo = _Lowering(k, loaded)
+  lo.stop = stop
   bufs = [(b.buf, b.dtype) for b in k.ast.buffers]
   for b, dt in bufs: lo.emit(UOp(UOps.DEFINE_GLOBAL, dt, (), b))
   for v in k.ast.vars: lo.emit(UOp(UOps.DEFINE_VAR, None, (), v))
@@ -140,6 +147,7 @@ class _Lowering:
   def __init__(self, k: Kernel, loaded: frozenset = frozenset()):
     self.k, self.red = k, k.reduceop
     self.uops: list[UOp] = []
+    self.stop: Optional[int] = None  # uops past which a first lowering raises PastLimit (lower's limit)
     # the (buf, index, valid) of every vector LOAD whose lanes are all valid together, from a first lowering: where such
     # a load's validity holds, all its lanes are in bounds (the kernel reads them), so a padded row's lanes that are
     # valid under that validity are that load's lanes, shifted (shifted), with no memory access of their own
@@ -187,6 +195,7 @@ class _Lowering:
   def emit(self, u: UOp, dedup: bool = True) -> int:
     if dedup and u in self.seen: return self.seen[u]
     self.uops.append(u)
+    if self.stop is not None and len(self.uops) > self.stop and not self.shiftable: raise PastLimit()
     if dedup: self.seen[u] = len(self.uops) - 1
     return len(self.uops) - 1
 

@@ -24,7 +24,7 @@ _SPACE: tuple[tuple[OptOp, range, tuple[int, ...]], ...] = (
 )
 ACTIONS: tuple[Opt, ...] = tuple(Opt(op, a, amt) for op, axes, amts in _SPACE for a in axes for amt in amts) + (Opt(OptOp.NOLOCALS),)
 
-MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before compiling
+MAX_UOPS = 6000      # linear-IR size: larger candidates are dropped before compiling (search/builder.py render_task)
 
 
 def busiest(amt: int, cores: int) -> float:
@@ -52,7 +52,8 @@ def actions_for(o: LinearizerOptions) -> tuple[Opt, ...]:
 
 def children(k: Kernel, actions: tuple[Opt, ...]) -> Iterator[Kernel]:
   """k with each action applied, where it is legal, in the action space's order. The Kernel checks the limits on
-  upcasts, local sizes and shared memory; MAX_UOPS drops what would compile for too long, after lowering."""
+  upcasts, local sizes and shared memory; MAX_UOPS drops what would compile for too long, its lowering stopped once
+  sure to end past it (linearizer/lower.py lower's limit)."""
   for a in actions:
     c = k.copy()
     try: c.apply_opt(a)

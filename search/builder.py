@@ -12,7 +12,7 @@ from typing import Generator, Optional
 from devices.base import Binary
 from linearizer.ast import KernelAST, loads
 from linearizer.kernel import Kernel, Opt
-from linearizer.lower import lower
+from linearizer.lower import PastLimit, lower
 from linearizer.options import LinearizerOptions
 from search.actions import MAX_UOPS
 from search.pool import CompilePool
@@ -45,8 +45,10 @@ def _ast(key: str, doc: str) -> KernelAST:
   return _ASTS.get(key) or _ASTS.setdefault(key, loads(doc))
 
 def render_task(module: str, key: str, doc: str, opts: tuple[Opt, ...], options: LinearizerOptions) -> tuple[Optional[str], int, tuple]:
-  """(source, IR size, launch) of the kernel under opts; no source past MAX_UOPS."""
-  prog = lower(Kernel(_ast(key, doc), options).apply_opts(opts))
+  """(source, IR size, launch) of the kernel under opts; no source past MAX_UOPS, whose lowering stops once its IR is sure
+  to end past it (lower's limit: the IR size is then MAX_UOPS + 1)."""
+  try: prog = lower(Kernel(_ast(key, doc), options).apply_opts(opts), limit=MAX_UOPS)
+  except PastLimit: return None, MAX_UOPS + 1, ()
   src = importlib.import_module(module).render(prog) if len(prog.uops) <= MAX_UOPS else None
   return src, len(prog.uops), (prog.groups, prog.local) if prog.local else ()
 
@@ -100,15 +102,15 @@ class Builder:
         for t, ok, val in pool.results(timeout=max(0.0, min(deadline - time.monotonic(), 0.25))):  # wakes to see `stop`
           if t in rendering:
             k = rendering.pop(t)
-            # past the pool's limit, the candidate's: MAX_UOPS is known only once lowered, and lowering a schedule far past
-            # it took minutes at load 8 (sops_296's UPCAST 0 16, THREAD 0 2, UPCAST 1 16: 38,544 IR ops, 15.7 CPU-s)
+            # past the pool's limit, the candidate's: lowering a schedule far past MAX_UOPS in full took minutes at load 8
+            # (sops_296's UPCAST 0 16, THREAD 0 2, UPCAST 1 16: 38,544 IR ops, 15.7 CPU-s; stopped at 2x MAX_UOPS now)
             if isinstance(val, TimeoutError):
               yield _failed(Build(k), Status.TIMEOUT, f"lowering and rendering {val}")
               continue
             if not ok: raise RenderBug(f"rendering {[o.to_json() for o in k.applied_opts]} failed: {val}")
             src, size, launch = val
             b = Build(k, ir_size=size, launch=launch)
-            if src is None: yield _failed(b, Status.TOO_LARGE, f"{size} IR ops, more than {MAX_UOPS}")
+            if src is None: yield _failed(b, Status.TOO_LARGE, f"at least {size} IR ops, more than {MAX_UOPS}")
             elif (h := hashlib.sha256(src.encode()).hexdigest()) in first: first[h] = min(first[h], order[id(k)])  # a duplicate
             elif h not in self.sources:  # else built for an earlier call
               self.sources.add(h)

@@ -10,18 +10,18 @@ from linearizer import reference
 from linearizer.builders import matmul, reduce
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel, Opt
-from linearizer.lower import lower
+from linearizer.lower import PastLimit, lower
 from linearizer import ACTION_SPACE_VERSION
 from search.actions import ACTIONS, actions_for, busiest, children, thread_amounts
 from search.beam import BeamStrategy
 from search.model_beam import ModelBeamStrategy
-from search.builder import Build, Builder, RenderBug
+from search.builder import Build, Builder, RenderBug, render_task
 from search.cache import ResultCache
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
-from search import load as search_load, tune as search_tune
+from search import builder as search_builder, load as search_load, tune as search_tune
 from search.runner import Measurement, Runner, write_case
 from search.tune import DeviceBusy, SearchStopped, tune
 from search.workshop import Workshop
@@ -628,6 +628,19 @@ def test_a_render_past_the_pools_time_limit_fails_its_candidate_and_is_no_render
   with CompilePool(1, timeout_s=0.01) as pool:  # shorter than a fresh worker's imports
     (b,) = list(Builder(pool, "devices.cpu", k, cpu.options()).build([Kernel(k, cpu.options())]))
   assert b.error is Status.TIMEOUT and "lowering and rendering timed out" in b.message
+
+
+def test_a_lowering_stops_once_its_ir_is_sure_to_end_past_the_limit_and_never_before(monkeypatch):
+  # a schedule past MAX_UOPS was lowered in full only to be dropped: sops_296's UPCAST 0 16, THREAD 0 2, UPCAST 1 16 (38,544
+  # IR ops) took 15.7 CPU-s; stopped past 2x MAX_UOPS it is sure to end past it (a fused product takes one op per fold)
+  k = Kernel(matmul(64, 64, 64), cpu.options())
+  hand_coded_optimizations(k)
+  n = len(lower(k).uops)
+  assert [u for u in lower(k, limit=n).uops] == lower(k).uops  # within the limit: the same IR
+  with pytest.raises(PastLimit): lower(k, limit=n // 4)
+  monkeypatch.setattr(search_builder, "MAX_UOPS", n // 4)
+  src, size, launch = render_task("devices.cpu", k.ast.key, k.ast.canonical, tuple(k.applied_opts), k.options)
+  assert src is None and size > n // 4 and launch == ()
 
 
 def test_a_ctrl_c_while_the_compile_workers_and_the_runner_start_is_their_parents_alone():
