@@ -88,17 +88,17 @@ def model_kernels(name: str, entry: str, minutes: float, ratios: tuple[tuple[flo
                            "--no-tinygrad", "--no-tuned", "--quiet-wait", "20", "--retries", "1"), minutes, False, tuple(
     Claim(f"{n} hand-coded vs torch.compile, 2 threads", r, tol, cvt(k, "compile")) for (n, k), (r, tol) in zip(MODEL_KERNELS.items(), ratios)), host)
 
+def openblas(name: str, entry: str, threads: int, minutes: float, ratios: tuple[tuple[str, float, float], ...],
+             host: str = "amd f25 cpu-w16") -> Run:
+  """A run of the matmuls against OpenBLAS at `threads`: `ratios` (kernel, recorded, tol)."""
+  return Run(name, entry, (*MATMULS, "--threads", str(threads)), minutes, False, tuple(
+    Claim(f"{k} hand-coded vs OpenBLAS, {threads} thread{'s' if threads > 1 else ''}", r, tol, cvt(k, "numpy")) for k, r, tol in ratios), host)
+
 # tol: the entry's margins are 1-12%, two 1-thread runs differed by up to 4% (1.11/1.04/1.02/1.20 vs 1.12/1.04/1.03/1.24)
 RUNS = (
-  Run("openblas-2t", OPENBLAS, (*MATMULS, "--threads", "2"), 2, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 1.08, 0.05, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 1.01, 0.05, cvt("matmul_2048", "numpy")),
-    Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 1.03, 0.05, cvt("matmul_4096", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 1.21, 0.05, cvt("lm_head_gpt2", "numpy")))),
-  Run("openblas-1t", OPENBLAS, (*MATMULS, "--threads", "1"), 3, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 1.12, 0.05, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 1.04, 0.05, cvt("matmul_2048", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 1.24, 0.05, cvt("lm_head_gpt2", "numpy")))),
+  openblas("openblas-2t", OPENBLAS, 2, 2, (
+    ("matmul_1024", 1.08, 0.05), ("matmul_2048", 1.01, 0.05), ("matmul_4096", 1.03, 0.05), ("lm_head_gpt2", 1.21, 0.05))),
+  openblas("openblas-1t", OPENBLAS, 1, 3, (("matmul_1024", 1.12, 0.05), ("matmul_2048", 1.04, 0.05), ("lm_head_gpt2", 1.24, 0.05))),
   # session 21's entry on this family (CODEGEN 23), QUIET: each ratio the middle of that entry's run, this file's rerun
   # beside it and the morning's run at d73798c (where the code it measures was the same); tol covers their spread, at
   # least the entry's pair's noise. torch eager's own hiccups (1x1 64->256 read 7.07x once) stay outside it
@@ -109,15 +109,10 @@ RUNS = (
     Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
       (1.12, 0.12), (1.34, 0.15), (1.47, 0.15), (1.14, 0.13), (1.20, 0.25), (1.08, 0.10), (1.26, 0.13), (1.55, 0.27))))),
   # this AVX2 host's entry (session 16), QUIET: tol is the noise the entry's pair had (their spreads combined, as judge())
-  Run("openblas-2t-avx2", AVX2, (*MATMULS, "--threads", "2"), 2, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 0.69, 0.24, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 0.68, 0.33, cvt("matmul_2048", "numpy")),
-    Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.63, 0.19, cvt("matmul_4096", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.71, 0.07, cvt("lm_head_gpt2", "numpy"))), "amd f25 cpu-w8"),
-  Run("openblas-1t-avx2", AVX2, (*MATMULS, "--threads", "1"), 3, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 0.71, 0.14, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 0.75, 0.22, cvt("matmul_2048", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.62, 0.13, cvt("lm_head_gpt2", "numpy"))), "amd f25 cpu-w8"),
+  openblas("openblas-2t-avx2", AVX2, 2, 2, (
+    ("matmul_1024", 0.69, 0.24), ("matmul_2048", 0.68, 0.33), ("matmul_4096", 0.63, 0.19), ("lm_head_gpt2", 0.71, 0.07)), "amd f25 cpu-w8"),
+  openblas("openblas-1t-avx2", AVX2, 1, 3, (
+    ("matmul_1024", 0.71, 0.14), ("matmul_2048", 0.75, 0.22), ("lm_head_gpt2", 0.62, 0.13)), "amd f25 cpu-w8"),
   model_kernels("model-kernels-2t-avx2", AVX2, 3, ((1.16, 0.28), (2.22, 0.44), (3.58, 0.15), (1.89, 0.21)), "amd f25 cpu-w8"),
   Run("convs-2t-avx2", AVX2, (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
@@ -125,30 +120,18 @@ RUNS = (
     Claim(f"{k} hand-coded vs torch eager, 2 threads", r, tol, cvt(k, "eager")) for k, (r, tol) in zip(CONVS, (
       (0.79, 0.27), (1.12, 0.15), (1.05, 0.09), (0.64, 0.20), (0.73, 0.15), (0.90, 0.19), (0.57, 0.52), (1.13, 0.28)))), "amd f25 cpu-w8"),
   # session 20's entry on a Zen 1 class host, QUIET: tol as above (matmul_4096 ran once at 1 thread: no claim)
-  Run("openblas-2t-f23", ZEN1, (*MATMULS, "--threads", "2"), 2, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 0.98, 0.06, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 0.92, 0.05, cvt("matmul_2048", "numpy")),
-    Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.91, 0.09, cvt("matmul_4096", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 1.02, 0.07, cvt("lm_head_gpt2", "numpy"))), "amd f23 cpu-w8"),
-  Run("openblas-1t-f23", ZEN1, (*MATMULS, "--threads", "1"), 3, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 0.89, 0.13, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 0.89, 0.05, cvt("matmul_2048", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 1.02, 0.09, cvt("lm_head_gpt2", "numpy"))), "amd f23 cpu-w8"),
+  openblas("openblas-2t-f23", ZEN1, 2, 2, (
+    ("matmul_1024", 0.98, 0.06), ("matmul_2048", 0.92, 0.05), ("matmul_4096", 0.91, 0.09), ("lm_head_gpt2", 1.02, 0.07)), "amd f23 cpu-w8"),
+  openblas("openblas-1t-f23", ZEN1, 1, 3, (("matmul_1024", 0.89, 0.13), ("matmul_2048", 0.89, 0.05), ("lm_head_gpt2", 1.02, 0.09)), "amd f23 cpu-w8"),
   # session 19's entry on an Intel host, QUIET (its spreads are this host's, idle: another VM shares its cores)
   model_kernels("model-kernels-2t-intel", "every group but the corpus at 2 and at 1 thread, hand-coded, QUIET, on an Intel host", 2,
                 ((1.12, 0.14), (1.40, 0.24), (5.70, 0.29), (2.04, 0.16)), "intel f6 cpu-w16"),
   # session 22's entry on the same host kind (mm19's 4 x 4 tile since), QUIET: tol is the entry's pair's noise (this host
   # is noisy idle: matmul_1024's pair read 50%), so these say little more than "not far below"
-  Run("openblas-2t-intel", EMR, (*MATMULS, "--threads", "2"), 2, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 2 threads", 1.05, 0.50, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 2 threads", 1.00, 0.07, cvt("matmul_2048", "numpy")),
-    Claim("matmul_4096 hand-coded vs OpenBLAS, 2 threads", 0.88, 0.10, cvt("matmul_4096", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 2 threads", 0.91, 0.13, cvt("lm_head_gpt2", "numpy"))), "intel f6 cpu-w16"),
-  Run("openblas-1t-intel", EMR, (*MATMULS, "--threads", "1"), 3, False, (
-    Claim("matmul_1024 hand-coded vs OpenBLAS, 1 thread", 1.02, 0.40, cvt("matmul_1024", "numpy")),
-    Claim("matmul_2048 hand-coded vs OpenBLAS, 1 thread", 1.00, 0.24, cvt("matmul_2048", "numpy")),
-    Claim("matmul_4096 hand-coded vs OpenBLAS, 1 thread", 1.13, 0.41, cvt("matmul_4096", "numpy")),
-    Claim("lm_head_gpt2 hand-coded vs OpenBLAS, 1 thread", 0.90, 0.28, cvt("lm_head_gpt2", "numpy"))), "intel f6 cpu-w16"),
+  openblas("openblas-2t-intel", EMR, 2, 2, (
+    ("matmul_1024", 1.05, 0.50), ("matmul_2048", 1.00, 0.07), ("matmul_4096", 0.88, 0.10), ("lm_head_gpt2", 0.91, 0.13)), "intel f6 cpu-w16"),
+  openblas("openblas-1t-intel", EMR, 1, 3, (
+    ("matmul_1024", 1.02, 0.40), ("matmul_2048", 1.00, 0.24), ("matmul_4096", 1.13, 0.41), ("lm_head_gpt2", 0.90, 0.28)), "intel f6 cpu-w16"),
   Run("convs-2t-intel", EMR, (
     "bench/cpu_vs_torch.py", "--threads", "2", "--kernels", ",".join(CONVS), "--no-tune", "--no-tinygrad", "--no-tuned",
     "--quiet-wait", "20", "--retries", "1"), 2, False, tuple(
