@@ -40,5 +40,10 @@ int64, uint64 = _d("int64", np.int64, "long long", "i"), _d("uint64", np.uint64,
 float16, bfloat16 = _d("float16", np.float16, "half", "f"), _d("bfloat16", ml_dtypes.bfloat16, "__bf16", "f")
 float32, float64 = _d("float32", np.float32, "float", "f"), _d("float64", np.float64, "double", "f")
 
+def float_to_int_via(dst: DType) -> DType:
+  """The signed type a float converts to an int through (the kernel format's rule, x86-64's): int64 for 8-byte targets
+  and uint32, else int32; a value past its range gives its minimum, then the result wraps to `dst` (uint64 takes more)."""
+  return int64 if dst.itemsize == 8 or dst.name == "uint32" else int32
+
 DTYPES: dict[str, DType] = {d.name: d for d in (bool_, int8, uint8, int16, uint16, int32, uint32, int64, uint64,
                                                 float16, bfloat16, float32, float64)}

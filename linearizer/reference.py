@@ -48,7 +48,7 @@ import numpy as np
 from linearizer import bounds
 from linearizer.ast import KernelAST, LazyOp, MemArg, ConstArg, concrete_st
 from linearizer.bounds import Bounds
-from linearizer.dtypes import DType, bool_
+from linearizer.dtypes import DType, bool_, float_to_int_via
 from linearizer.shapetracker import ShapeTracker, prod
 from linearizer.symbolic import concrete
 
@@ -417,7 +417,7 @@ def _float_to_int(t: np.ndarray, dst: DType) -> np.ndarray:
     high = (t >= 2.0 ** 63) & (t < 2.0 ** 64)
     beyond = np.where(t > 0, np.uint64(0), np.uint64(2 ** 63))
     return np.where(low, i64(t).astype(np.uint64), np.where(high, i64(t - 2.0 ** 63).astype(np.uint64) + np.uint64(2 ** 63), beyond))
-  bits = 64 if dst.itemsize == 8 or dst.name == "uint32" else 32
+  bits = 8 * float_to_int_via(dst).itemsize
   fits = (t >= -(2.0 ** (bits - 1))) & (t < 2.0 ** (bits - 1))
   return i64(np.where(fits, t, -(2.0 ** (bits - 1)))).astype(dst.np)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json, math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
-from linearizer.dtypes import DTYPES, DType, bool_
+from linearizer.dtypes import DTYPES, DType, bool_, float_to_int_via
 from linearizer.lower import LANE, Program, UOps, lane_loads
 from linearizer.vectors import lane_by_lane
 from linearizer.shapetracker import affine
@@ -210,9 +210,8 @@ def float_to_int(x: str, src: DType, dst: DType, lang: Lang) -> str:
   if dst.name == "uint64":  # [-2^63, 0) through int64, [0, 2^64) as it is; 0 above, 2^63 below and NaN
     return (f"({v}>=0?({v}<{fl(2 ** 64)}?({t}){v}:{literal(0, dst, lang)}):"
             f"{fits(64)}?({t})({i64}){v}:{literal(2 ** 63, dst, lang)})")
-  bits = 64 if dst.itemsize == 8 or dst.name == "uint32" else 32
-  via = DTYPES["int64" if bits == 64 else "int32"]
-  return f"(({t})({fits(bits)}?({lang.ctype(via)}){v}:{literal(via.min, via, lang)}))"
+  via = float_to_int_via(dst)
+  return f"(({t})({fits(8 * via.itemsize)}?({lang.ctype(via)}){v}:{literal(via.min, via, lang)}))"
 
 
 VECTOR_ONLY = ("MAX", "WHERE", "MULACC")  # the ALU ops whose scalar C does not work on vectors as it is
