@@ -108,8 +108,7 @@ def lower(k: Kernel, name: str = "kernel", limit: Optional[int] = None) -> Progr
 def _names(x: sint) -> set[str]: return {v.name for v in variables(x)}
 
 def _lower(k: Kernel, loaded: frozenset, stop: Optional[int] = None) -> _Lowering:
-  lo = _Lowering(k, loaded)
-  lo.stop = stop
+  lo = _Lowering(k, loaded, stop)
   bufs = [(b.buf, b.dtype) for b in k.ast.buffers]
   for b, dt in bufs: lo.emit(UOp(UOps.DEFINE_GLOBAL, dt, (), b))
   for v in k.ast.vars: lo.emit(UOp(UOps.DEFINE_VAR, None, (), v))
@@ -144,10 +143,10 @@ class _Lowering:
   """One kernel's lowering: its layout as the passes read it (each loop axis's index, the upcast axes unrolled into
   lanes, the vector axis carried as `W` lanes of one value), the uops so far, and the common subexpressions of the
   scope being emitted into, which every uop goes through (emit)."""
-  def __init__(self, k: Kernel, loaded: frozenset = frozenset()):
+  def __init__(self, k: Kernel, loaded: frozenset = frozenset(), stop: Optional[int] = None):
     self.k, self.red = k, k.reduceop
     self.uops: list[UOp] = []
-    self.stop: Optional[int] = None  # uops past which a first lowering raises PastLimit (lower's limit)
+    self.stop = stop  # uops past which a first lowering raises PastLimit (lower's limit)
     # the (buf, index, valid) of every vector LOAD whose lanes are all valid together, from a first lowering: where such
     # a load's validity holds, all its lanes are in bounds (the kernel reads them), so a padded row's lanes that are
     # valid under that validity are that load's lanes, shifted (shifted), with no memory access of their own
