@@ -90,29 +90,53 @@ def _cc() -> str: return os.environ.get("TUNESVC_CC") or "cc"  # a name on PATH 
 def available() -> bool: return shutil.which(_cc()) is not None
 
 
+# A compile's limit is the CPU seconds its processes use: a busy machine stretches its wall time, not that (a unit of 31
+# CPU-s of gcc took 160 s at load 10-12, and timed out at the 60 s of wall time that was the limit). The wall-time
+# backstop, this many times the limit, only ends a compiler blocked without using CPU; the limit is checked every POLL_S.
+WALL_FACTOR, POLL_S = 10, 0.5
+
 def _run(cmd: list[str], src: str = "", timeout: float = 60.0) -> str:
-  with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
-    try: out, err = p.communicate(src.encode(), timeout=timeout)
-    except subprocess.TimeoutExpired:
-      _kill_tree(p.pid)
-      p.communicate()
-      raise CompileError(f"{cmd[0]}: timed out after {timeout}s") from None
+  """`cmd`'s output, `src` its input; CompileError where it fails, or uses over `timeout` CPU seconds (with the processes
+  it starts), or runs WALL_FACTOR x that in wall time."""
+  end = time.monotonic() + WALL_FACTOR * timeout
+  # the input from a file: a communicate() that timed out and is called again reads on, but never writes the rest of its input
+  with tempfile.TemporaryFile() as f:
+    f.write(src.encode())
+    f.seek(0)  # the compiler's descriptor shares this offset
+    p = subprocess.Popen(cmd, stdin=f, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  with p:
+    while True:
+      try:
+        out, err = p.communicate(timeout=max(0.0, min(POLL_S, end - time.monotonic())))
+        break
+      except subprocess.TimeoutExpired:
+        tree = _tree(p.pid)
+        over = f"{timeout:g} CPU-s" if _cpu_s(tree) > timeout else f"{WALL_FACTOR * timeout:g} s" if time.monotonic() >= end else None
+        if over is None: continue
+        for pid in tree:
+          with contextlib.suppress(ProcessLookupError): os.kill(pid, signal.SIGKILL)
+        p.communicate()
+        raise CompileError(f"{cmd[0]}: timed out after {over}") from None
   if p.returncode != 0: raise CompileError(f"{cmd[0]} failed ({p.returncode}):\n{clipped(err.decode(errors='replace'))}")
   return out.decode(errors="replace")
 
-def _kill_tree(pid: int) -> None:
-  """SIGKILL a process and every process under it. A compiler driver killed alone leaves its cc1 running, reparented
-  to init, for as long as the unit takes (a timed-out batch's cc1 burned minutes of CPU after its search had moved on);
-  its descendants are read from /proc before any dies, while they are still its."""
-  children: dict[int, list[int]] = {}
+def _tree(pid: int) -> dict[int, list[str]]:
+  """Process `pid` and every process under it: pid -> its /proc stat fields after the command's name. Killing a compiler
+  driver alone left its cc1 running, reparented to init, for as long as the unit takes (a timed-out batch's cc1 burned
+  minutes of CPU after its search had moved on): the tree is read in one pass, before any of it dies."""
+  stats: dict[int, list[str]] = {}
   for stat in Path("/proc").glob("[0-9]*/stat"):
-    try: fields = stat.read_text().rsplit(")", 1)[1].split()
+    try: stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
     except OSError: continue  # gone meanwhile
-    children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+  children: dict[int, list[int]] = {}
+  for child, fields in stats.items(): children.setdefault(int(fields[1]), []).append(child)
   tree, i = [pid], 0
   while i < len(tree): tree, i = tree + children.get(tree[i], []), i + 1
-  for p in tree:
-    with contextlib.suppress(ProcessLookupError): os.kill(p, signal.SIGKILL)
+  return {p: stats[p] for p in tree if p in stats}
+
+def _cpu_s(tree: dict[int, list[str]]) -> float:
+  """CPU seconds of a process tree: each process's own and those of the children it waited for (cc1, as: the driver's)."""
+  return sum(int(x) for fields in tree.values() for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 @functools.cache
 def _compiler(cc: str) -> tuple[str, str, str]:

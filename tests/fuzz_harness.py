@@ -68,8 +68,8 @@ def execute(case: Case, device: str, flags: tuple[str, ...], on_run=lambda: None
   """(status, message) of one case. `on_compiled` gets the CPU seconds the compiler took (0 from the compile cache),
   `on_run` is called just before the compiled program runs (a crash after it is the program's). Buffers are exactly
   `buffer_sizes` long, so under ASan an access one past the end aborts. `compile_timeout` replaces the device's
-  compile limit (wall time) where it has one: the pool passes the case's own, since a loaded machine stretched gcc's
-  17 CPU seconds on one kernel past the device's 60 s; slow compiles are called out by their CPU time instead.
+  compile limit (its compiler's CPU seconds: devices/cpu.py) where it has one: the pool passes the case's own, which
+  may allow more; slow compiles are called out by their CPU time.
   `reference_cache` and `on_reference`: reference_buffers'."""
   dev = registry.get(device)
   limit = {"timeout": compile_timeout} if compile_timeout and "timeout" in inspect.signature(dev.compile).parameters else {}
