@@ -1,6 +1,7 @@
 """The newcomer's CLI: help everywhere, --version, `tunesvc` alone, and the service from the command line (submit, jobs,
 kernels, opts against a real server; opts from the local cache `tune` fills), with one fingerprint form throughout."""
-import argparse, json, os, signal, socket, subprocess, sys, time
+import argparse, contextlib, json, os, signal, socket, subprocess, sys, threading, time
+from pathlib import Path
 import httpx
 import pytest
 from linearizer import ACTION_SPACE_VERSION
@@ -108,41 +109,43 @@ def test_the_demo_says_when_its_jobs_wait_for_a_quiet_device(server):
   assert line.startswith("tuning 2 example kernels: 1 waiting for a quiet device (too busy to time on; tried again in "), line
 
 
+def children(pid: int) -> list[int]:
+  """The processes `pid` started that are still there: none once it is gone (its threads' lists are read one by one, and
+  a thread may end meanwhile)."""
+  kids: list[int] = []
+  with contextlib.suppress(OSError):
+    for t in os.listdir(f"/proc/{pid}/task"):
+      with contextlib.suppress(OSError): kids += map(int, Path(f"/proc/{pid}/task/{t}/children").read_text().split())
+  return kids
+
 def descendants(pid: int) -> list[int]:
-  kids = [int(c) for t in os.listdir(f"/proc/{pid}/task") for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+  """Every process under `pid` while read: a compiler a search started may end meanwhile (it read as an error)."""
+  kids = children(pid)
   return kids + [d for k in kids for d in descendants(k)]
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_demo_with_one_line_and_no_traceback(tmp_path):
   # a terminal's Ctrl-C goes to its foreground process group, the demo's: whichever of the demo, its worker and the processes
   # the worker's search runs are in it, only the demo may say anything, in one line, and every one of them must end
-  with socket.socket() as sock:
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-  env = {**os.environ, "TUNESVC_DATABASE_URL": f"sqlite:///{tmp_path}/demo.db", "TUNESVC_CACHE_DIR": str(tmp_path / "cache")}
-  env.pop("TUNESVC_TOKENS", None)
-  demo = subprocess.Popen([sys.executable, "-m", "tunesvc.cli", "demo", "--port", str(port), "--budget-s", "30"], env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell starts it: Ctrl-C not ignored
+  port, started = free_port(), []
+  demo = start_cli(tmp_path, "demo", "--port", str(port), "--budget-s", "30")
+  def searching() -> bool:  # a job running and the worker's search's processes started (not assumed 2 s after the job started)
+    started[:] = descendants(demo.pid)
+    return len(started) >= 2 and bool(httpx.get(f"http://127.0.0.1:{port}/v1/jobs", params={"state": "running"}).json()["jobs"])
   try:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # until the worker searches a job: its search's processes are running
-      try:
-        if httpx.get(f"http://127.0.0.1:{port}/v1/jobs", params={"state": "running"}).json()["jobs"]: break
-      except httpx.HTTPError: pass
-      time.sleep(0.5)
-    else: pytest.fail("the demo's worker never started a job")
-    time.sleep(2)
-    started = descendants(demo.pid)
-    assert len(started) >= 2  # the worker and its search's processes
+    wait_for("the demo's worker searches a job", searching)
     os.killpg(demo.pid, signal.SIGINT)  # the terminal's foreground group: the demo's (start_new_session made it a leader)
     out, err = demo.communicate(timeout=120)
   finally:
     if demo.poll() is None: os.killpg(demo.pid, signal.SIGKILL)
   assert demo.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
   assert [line for line in err.splitlines() if "stopped" in line] == ["demo stopped (Ctrl-C) before every example was tuned"], err
-  time.sleep(1)
-  assert [p for p in started if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"] == []  # every one ended
+  wait_for("every process of the demo ends", lambda: not [p for p in started if running(p)], limit_s=60)  # the worker's go with it, not at once
+
+
+def running(pid: int) -> bool:
+  try: return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError: return False  # gone
 
 
 def free_port() -> int:
@@ -170,15 +173,22 @@ def wait_for(what: str, ready, limit_s: float = 180) -> None:
 @pytest.mark.slow
 def test_the_demo_ends_saying_why_when_its_worker_dies(tmp_path):
   # its jobs would wait for a worker forever: the demo says the worker is gone, with its exit status and last lines, and exits non-zero
-  port = free_port()
-  demo = start_cli(tmp_path, "demo", "--port", str(port), "--budget-s", "30")
+  # killed once it said it serves: registered, as the service saw, it had not always said so (a loaded machine's kill came between)
+  serving = f"worker 1 on CPU (fingerprint {cpu_fingerprint()[1]}) serving"
+  demo = start_cli(tmp_path, "demo", "--port", str(free_port()), "--budget-s", "30")
+  lines: list[str] = []
+  def read() -> None:
+    for line in demo.stderr: lines.append(line)
+  (reader := threading.Thread(target=read, daemon=True)).start()
   try:
-    wait_for("the demo's worker registers", lambda: httpx.get(f"http://127.0.0.1:{port}/v1/workers").json()["workers"])
-    worker, = [p for p in descendants(demo.pid) if b"worker" in open(f"/proc/{p}/cmdline", "rb").read()]
+    wait_for("the demo's worker says it serves", lambda: any(serving in line for line in list(lines)))
+    worker, = [p for p in children(demo.pid) if b" worker " in Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")]
     os.kill(worker, signal.SIGKILL)
-    out, err = demo.communicate(timeout=60)
+    demo.wait(120)
   finally:
     if demo.poll() is None: os.killpg(demo.pid, signal.SIGKILL)
+  reader.join(60)
+  err = "".join(lines)
   assert demo.returncode == 2 and "Traceback" not in err, err
   assert f"ERROR the demo's CPU worker {worker} exited (killed by SIGKILL); its last lines:\n" in err, err
-  assert f"worker 1 on CPU (fingerprint {cpu_fingerprint()[1]}) serving" in err.split("its last lines:")[1], err  # its log's last line
+  assert serving in err.split("its last lines:")[1], err  # its log's last line
