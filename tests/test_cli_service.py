@@ -9,6 +9,7 @@ from search.cache import ResultCache
 from search_results import EXAMPLES, cpu_fingerprint, cpu_options, example, examples, search_result
 from tunesvc.cli import demo_progress, duration, main, parser
 from tunesvc.client import Client
+from conftest import exited
 from test_client import tune
 
 
@@ -140,12 +141,7 @@ def test_ctrl_c_stops_the_demo_with_one_line_and_no_traceback(tmp_path):
     if demo.poll() is None: os.killpg(demo.pid, signal.SIGKILL)
   assert demo.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
   assert [line for line in err.splitlines() if "stopped" in line] == ["demo stopped (Ctrl-C) before every example was tuned"], err
-  wait_for("every process of the demo ends", lambda: not [p for p in started if running(p)], limit_s=60)  # the worker's go with it, not at once
-
-
-def running(pid: int) -> bool:
-  try: return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-  except OSError: return False  # gone
+  wait_for("every process of the demo ends", lambda: all(exited(p) for p in started), limit_s=60)  # the worker's go with it, not at once
 
 
 def free_port() -> int:

@@ -1,5 +1,4 @@
 import os, pickle, time
-from pathlib import Path
 import numpy as np
 import pytest
 from devices import cpu, registry
@@ -7,6 +6,7 @@ from devices.base import Binary
 from devices.cpu import CompileError, Program, alloc
 from linearizer import CODEGEN_VERSION
 from linearizer.options import LinearizerOptions
+from conftest import exited
 
 DOUBLE = "void k(float* restrict out, const float* a, int n){ for(int i=0;i<n;i++) out[i]=a[i]*2; }"
 
@@ -131,10 +131,6 @@ def fake_cc(tmp_path, script: str) -> str:
   cc.chmod(0o755)
   return str(cc)
 
-def running(pid: int) -> bool:
-  try: return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-  except OSError: return False  # gone
-
 def test_a_compile_that_times_out_leaves_no_process_of_its_own_running(tmp_path):
   # a driver killed alone left its cc1 running, reparented to init: a timed-out batch's burned minutes of CPU after the
   # search had moved on. Here the "compiler" is a shell that starts a grandchild and spins, as gcc's driver waits for a cc1 that works.
@@ -142,7 +138,7 @@ def test_a_compile_that_times_out_leaves_no_process_of_its_own_running(tmp_path)
   with pytest.raises(CompileError, match="timed out after 0.5 CPU-s"):
     cpu._run([fake_cc(tmp_path, f"sleep 60 &\necho $! > {pidfile}\nwhile :; do :; done")], timeout=0.5)
   pid, end = int(pidfile.read_text()), time.monotonic() + 30
-  while running(pid):  # killed: a zombie until init reaps the orphan
+  while not exited(pid):  # killed: a zombie until it is reaped
     assert time.monotonic() < end, f"the compiler's child {pid} still runs after the timeout"
     time.sleep(0.01)
 
