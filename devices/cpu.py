@@ -62,8 +62,9 @@ def stream_store_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache"))
   return min(max(levels)[1] // 2, STREAM_STORE_MAX) if levels else None
 
 def render(prog: LinearProgram) -> str:
-  """The device interface's renderer: C, large outputs stored non-temporally."""
-  return render_c(prog, stream_store_bytes())
+  """The device interface's renderer: C, large outputs stored non-temporally; on x86 with AVX2 schedules (8 lanes at
+  most: no AVX-512, or TUNESVC_CPU_LANES=8), vectors that several FMAs take kept in registers (render_c.kept_loads)."""
+  return render_c(prog, stream_store_bytes(), keep_loads="avx2" in _cpuinfo()[1] and max(options().float_vector_widths) == 8)
 
 def isa_flags(isa: frozenset[str]) -> tuple[str, ...]:
   """Flags a host's ISA asks for. AVX-512: gcc's Intel tunings (skylake-avx512 on) prefer 256-bit vectors and then leave

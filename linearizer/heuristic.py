@@ -49,7 +49,8 @@ BLOCK_M = 128
 # whose loop step loads 4 broadcasts of A and 2 vectors of B for 8 FMAs (8 rows x 1 vector: 8 broadcasts and 1 vector;
 # a broadcast is a load, and the loads, not the FMAs, set the pace). 1024, 1 thread, busy Zen 3, interleaved with numpy
 # (CPU time): 8x1 0.74-0.79x of OpenBLAS, 4x2 0.91-0.97x (with lower's eager chain: without it 0.76x), 6x2 over 1026
-# padded rows 0.88-0.95x, 3x4 0.94x, 2x4 0.82x, 12x1 0.76x
+# padded rows 0.88-0.95x, 3x4 0.94x, 2x4 0.82x, 12x1 0.76x. QUIET it ran 0.58-0.60x: gcc had folded each vector of B
+# into its 4 FMAs as a memory operand, 24 loads a step, not 12; render_c.kept_loads keeps them in registers (0.77-0.93x)
 AVX2_TILE, AVX2_TILE_VECTORS = 4, 2
 # AVX-512 (16 lanes, 32 registers), the same tile rule: 8 x 1 (the AVX-512 rule before) has 8 accumulators, just the 8
 # chains two FMA ports of 4-cycle latency need, and its step's 8 broadcasts (folded into the FMAs) and 1 vector of B are

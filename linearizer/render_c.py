@@ -9,7 +9,7 @@ import json, math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 from linearizer.dtypes import DTYPES, DType, bool_, float_to_int_via
-from linearizer.lower import LANE, Program, UOps, lane_loads
+from linearizer.lower import AVX2_REGISTERS, LANE, Program, UOps, lane_loads
 from linearizer.vectors import lane_by_lane
 from linearizer.shapetracker import affine
 from linearizer.symbolic import Var, add, evaluate, mod, mul, parse, render, smax, substitute, variables
@@ -73,6 +73,8 @@ class Lang:
   select: str = "(({vt})(({m}&({mt}){a})|(~{m}&({mt}){b})))"  # lanes of a where mask m is set, else of b (bits reinterpreted)
   convert: str = "__builtin_convertvector({x},{vt})"  # lane by lane, as a scalar converts
   vfma: str = "mulacc_{vt}({0},{1},{2})"
+  # vector value {x} kept in a register from here on (render_source's keep_loads; "": the language has no such hint)
+  vkeep: str = ""
   vsqrt: str = ""                                    # the correctly rounded square root of vector x ("": lane by lane)
   gep: str = "{x}[{i}]"                              # lane i of vector x ({xyzw}: its letter, lanes 0-3)
   # lanes of vectors a and b by constant indices ({idx}: each lane's, into a's lanes then b's; {mt}: the mask type of
@@ -108,7 +110,8 @@ static inline float bfround(float f) { return bf2f(f2bf(f)); }
   shuffle="tsvc_shuffle({a},{b},{mt},{idx})",
   shuffle_decl="#if defined(__clang__)\n#define tsvc_shuffle(a, b, m, ...) __builtin_shufflevector(a, b, __VA_ARGS__)\n#else\n"
                "#define tsvc_shuffle(a, b, m, ...) __builtin_shuffle(a, b, (m){__VA_ARGS__})\n#endif\n",
-  gcc_optimize='#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize({})))\n#endif\n')
+  gcc_optimize='#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize({})))\n#endif\n',
+  vkeep='__asm__("" : "+x"({x}));')  # an empty asm that reads and writes it: the value is no longer the memory it came from
 
 # OpenCL C: half needs cl_khr_fp16, which many devices lack, so float16 is stored as its 16 bits and computed in float
 # like bfloat16; vload_half/vstore_half_rte (core) convert exactly. No -fwrapv: signed + - * wrap through unsigned.
@@ -363,8 +366,27 @@ def launch_sizes(launch: dict, var_vals: Sequence[int]) -> tuple[list[int], list
   return [int(evaluate(parse(g, names), env)) for g in launch["groups"]], launch["local"]
 
 
-def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None) -> str:  # noqa: C901  (one branch per IR op, flat; follow-up with lower()'s passes)
-  """The program's source; outputs of at least stream_bytes (None: none) stored non-temporally where streamed() allows."""
+def kept_loads(prog: Program) -> set[int]:
+  """The vector LOADs that two FMAs or more take (a register tile's vectors of B, each row's FMA), where there are two
+  such loads or more and they fit in AVX2's registers beside the accumulators and a broadcast. gcc 12 (x86) folds such
+  a load into each FMA as its memory operand, no register left to the value: IRA finds the load's memory as cheap a
+  home for it as a register (an FMA's operand costs the same either way), and under a tile's pressure takes it. The 4x2
+  AVX2 tile of a matmul then loaded each vector of B 4 times, 24 loads a step of 16 FMAs where 12 do (Zen 3: 3 loads a
+  cycle against 2 FMAs, the loads set the pace). Kept in registers (Lang.vkeep), 1 thread, BUSY Zen 3, thread CPU time,
+  interleaved: matmul 512-4096 0.55-0.66x -> 0.77-0.93x of OpenBLAS (docs/benchmarks.md). A lone vector gcc keeps in
+  a register itself, where the asm only cost (the 3x3 conv 128->128 stride 2, 8 pixels x 1 vector: 0.84x); past the
+  registers the asm spilled an accumulator (sops_940, 7 pixels x 2 vectors: 0.65x)."""
+  fmas: dict[int, int] = {}
+  for u in prog.uops:
+    if u.op is UOps.ACC and u.arg == "MULACC":
+      for s in set(u.src[1:]): fmas[s] = fmas.get(s, 0) + 1
+  kept = {i for i, n in fmas.items() if n > 1 and prog.uops[i].op is UOps.LOAD and prog.uops[i].vec > 1}
+  accs = sum(u.op is UOps.DEFINE_ACC and u.vec > 1 for u in prog.uops)
+  return kept if len(kept) > 1 and accs + len(kept) + 1 <= AVX2_REGISTERS else set()
+
+def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None, keep_loads: bool = False) -> str:  # noqa: C901  (one branch per IR op, flat; follow-up with lower()'s passes)
+  """The program's source; outputs of at least stream_bytes (None: none) stored non-temporally where streamed() allows;
+  with keep_loads, the vectors kept_loads() finds held in registers (an AVX2 host's: 16 of them, x86 asm)."""
   names: dict[int, str] = {}
   # a kernel's own variables are renamed apart: no generated name (v1, acc4, data0; the linearizer's start with "_"), type,
   # macro or builtin of any of the languages (int, NAN, threadIdx) starts with "var_"
@@ -374,6 +396,7 @@ def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None)
   body: list[str] = []
   depth = 1
   streams = streamed(prog, lang, stream_bytes)
+  kept = kept_loads(prog) if keep_loads and lang.vkeep else set()
   threaded: list[bool] = []  # per open LOOP: is it the threads' loop
   fence_at_end = False       # a non-temporal store outside the threads' loop
   def line(s: str) -> None: body.append("  " * depth + s)
@@ -471,7 +494,9 @@ def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None)
       if b in streams:
         store, fence_at_end = lang.vstream.format(flag=f"stream{b}", x=val, p=ptr(b, idx), vt=types[u.src[0]]), fence_at_end or not any(threaded)
       line(store if valid == 1 else f"if ({ex(valid)}) {store}")
-    elif op is UOps.LOAD: load(i, u)
+    elif op is UOps.LOAD:
+      load(i, u)
+      if i in kept: line(lang.vkeep.format(x=names[i]))
     elif op is UOps.WMMA:
       names[i] = src[0]
       na = u.arg.elements("a")
@@ -518,5 +543,6 @@ def render_source(prog: Program, lang: Lang, stream_bytes: Optional[int] = None)
   return head + lang.prelude + needs + vectors + vector_decls(prog, lang) + streamed_decls(prog, lang, streams) + fns + attr + \
     f"{lang.kernel}{attrs}void {lang.symbol.format(prog.name)}({', '.join(args)}) {{\n" + decls + "\n".join(body) + "\n}\n"
 
-def render_c(prog: Program, stream_bytes: Optional[int] = None) -> str: return render_source(prog, C, stream_bytes)
+def render_c(prog: Program, stream_bytes: Optional[int] = None, keep_loads: bool = False) -> str:
+  return render_source(prog, C, stream_bytes, keep_loads)
 def render_opencl(prog: Program) -> str: return render_source(prog, OPENCL)

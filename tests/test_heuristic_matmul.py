@@ -8,7 +8,10 @@ from linearizer.builders import matmul
 from linearizer.compare import compare
 from linearizer.heuristic import hand_coded_optimizations
 from linearizer.kernel import Kernel
+from linearizer.lower import lower
 from linearizer.options import LinearizerOptions
+from linearizer.render_c import kept_loads, render_c
+from linearizer.builders import conv2d
 from devices import cpu
 from tunesvc.runtime import compile_kernel, run_kernel
 
@@ -76,6 +79,38 @@ def test_the_avx512_tile_runs_right_and_keeps_its_accumulators_in_registers():
   assert accumulators in (8, 16) and len(re.findall(r"\tvfmadd\w+ps\t.*%zmm", loop)) == 2 * accumulators, loop
   assert not re.search(r"%zmm.*\((%rsp|%rbp)\)|\((%rsp|%rbp)\).*%zmm", loop), loop
 
+
+def avx2_program(k):
+  return lower(Kernel(k, AVX2).apply_opts(hand_coded_optimizations(Kernel(k, AVX2))))
+
+def test_the_avx2_tile_keeps_its_vectors_of_b_and_a_lone_vector_is_left_to_gcc():
+  # the 4 x 2 tile unrolled by 2: 4 vectors of B a step, each taken by the tile's 4 rows' FMAs
+  prog = avx2_program(matmul(64, 128, 512))
+  kept = kept_loads(prog)
+  assert len(kept) == 4 and all(prog.uops[i].op == "LOAD" and prog.uops[i].vec == 8 for i in kept)
+  src = render_c(prog, keep_loads=True)
+  assert sum(f'__asm__("" : "+x"(v{i}));' in src for i in kept) == 4 and "__asm__" not in render_c(prog)
+  # the strided 3x3 conv's tile: 8 pixels of one vector of weights, which gcc keeps in a register by itself
+  assert kept_loads(avx2_program(conv2d(1, 128, 56, 56, 128, 3, 3, stride=2, padding=1))) == set()
+
+def test_only_avx2_schedules_on_x86_keep_their_loads(monkeypatch):
+  prog = avx2_program(matmul(64, 128, 512))
+  monkeypatch.setattr(cpu, "_cpuinfo", lambda: ("x86", frozenset({"avx", "avx2", "fma"})))
+  assert "__asm__" in cpu.render(prog)
+  for isa in ({"avx", "avx2", "fma", "avx512f"}, {"neon", "asimd"}):  # AVX-512 (its sources as before), ARM
+    monkeypatch.setattr(cpu, "_cpuinfo", lambda isa=isa: ("other", frozenset(isa)))
+    assert "__asm__" not in cpu.render(prog)
+
+def test_gcc_loads_each_vector_of_the_avx2_tile_once_a_step():
+  # gcc 12 folded each vector of B into its 4 FMAs as a memory operand: 24 loads a step of 16 FMAs where 12 do
+  if "avx2" not in cpu._cpuinfo()[1]: pytest.skip("gcc's AVX2 code of the tile: this host is no x86 with AVX2")
+  src = render_c(avx2_program(matmul(64, 128, 512)), keep_loads=True)
+  asm = subprocess.run([cpu._cc(), *cpu.DEFAULT_FLAGS, "-mno-avx512f", "-S", "-x", "c", "-", "-o", "-"], input=src,
+                       capture_output=True, text=True, check=True).stdout
+  loop = max(re.split(r"\n\.L\d+:", asm), key=lambda b: len(re.findall(r"\tvfmadd\w+ps\t", b)))
+  fmas = re.findall(r"\tvfmadd\w+ps\t(.*)", loop)
+  assert len(fmas) == 16 and not [f for f in fmas if "(" in f], loop
+  assert len(re.findall(r"\tvmov[au]ps\t-?\w*\(", loop)) == 4 and len(re.findall(r"\tvbroadcastss\t", loop)) == 8, loop
 
 @pytest.mark.parametrize("depth,blocks", [(64, [("BLOCK", 0, 2)]), (128, [("BLOCK", 0, 2), ("BLOCK", 3, 16)])])
 def test_a_batched_nt_matmul_over_a_short_reduce_packs_b_into_rows_of_its_vector(depth, blocks):
