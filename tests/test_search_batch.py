@@ -1,6 +1,7 @@
 """Batched builds (devices/cpu.py compile_batch, search/builder.py): candidates sharing a preamble share a translation
 unit; each still computes its own kernel, and a kernel's own attributes stay with it; batches are sized by the workers
-and a budget's remainder, and the same kernels make the same (cached) batches."""
+and a budget's remainder, the batches compiled at once balanced by their sources' length, and the same kernels make the
+same (cached) batches."""
 from devices import cpu
 from linearizer import reference
 from linearizer.builders import conv2d
@@ -9,7 +10,7 @@ from linearizer.compare import compare
 from linearizer.kernel import Kernel
 from linearizer.lower import lower
 from search.actions import actions_for, children
-from search.builder import Builder
+from search.builder import Build, Builder, balanced
 from search.pool import CompilePool
 
 
@@ -66,3 +67,13 @@ def test_the_same_kernels_make_the_same_batches_which_the_compile_cache_then_hol
     libs = set(cache.glob("*.so"))
     again = sorted((b.source_hash, b.name) for b in Builder(pool, "devices.cpu", k, cpu.options()).build(kids))  # renders finish in another order
   assert once == again and set(cache.glob("*.so")) == libs and len(libs) >= 2  # nothing compiled the second time
+
+
+def test_the_batches_compiled_at_once_are_balanced_by_their_sources_length_each_in_the_kernels_order():
+  # a ranked round's longest sources first: halves in order were 180 and 20 characters, one worker compiling most of it
+  builds = [Build(None, source="x" * n) for n in (90, 80, 10, 10, 5, 5)]
+  groups = balanced(builds, 3)
+  assert [[len(b.source) for b in g] for g in groups] == [[90, 10, 5], [80, 10, 5]]
+  at = {id(b): i for i, b in enumerate(builds)}
+  assert [[at[id(b)] for b in g] for g in groups] == [[0, 3, 5], [1, 2, 4]]  # each group in order, the groups by their first
+  assert [len(g) for g in balanced(builds[:5], 3)] == [2, 3] and len(balanced(builds[:3], 3)) == 1  # as many as hold them
