@@ -8,7 +8,7 @@ one wherever the symbolic simplifier proves the composition affine with per-dim 
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 from linearizer.symbolic import Node, Var, Sum, Lt, And, sint, add, mul, lt, ge, land, floordiv, mod, smin, smax, \
   variables, concrete
 
@@ -25,12 +25,13 @@ def strides_for_shape(shape: Sequence[sint]) -> tuple[sint, ...]:
     acc = mul(acc, s)
   return tuple(reversed(out))
 
-def unravel(flat: sint, shape: Sequence[sint]) -> list[sint]:
-  """Decode a flat index into dims (the outermost without a modulo: a valid position is in range)."""
+def unravel(flat: sint, shape: Sequence[sint], dims: Callable[[int], bool] = lambda _: True) -> list[sint]:
+  """Decode a flat index into dims (the outermost without a modulo: a valid position is in range); only the `dims` asked
+  for (0 at the others: each is decoded on its own, and a view reads only some: View.reads)."""
   out: list[sint] = []
   acc: sint = 1
   for i, s in reversed(list(enumerate(shape))):
-    q = floordiv(flat, acc)
+    q = floordiv(flat, acc) if dims(i) else 0
     out.append(q if i == 0 else mod(q, s))
     acc = mul(acc, s)
   return out[::-1]
@@ -53,6 +54,10 @@ class View:
       mask = tuple((lo, hi) for lo, hi in mask)
       if all(lo == 0 and hi == s for (lo, hi), s in zip(mask, shape)): mask = None
     return View(shape, strides, offset, mask)
+
+  def reads(self, dim: int) -> bool:
+    """Whether expr's position or validity depends on dim's index: a stride there, or a mask (which bounds every dim)."""
+    return self.strides[dim] != 0 or self.mask is not None
 
   @property
   def contiguous(self) -> bool:
@@ -215,7 +220,7 @@ class ShapeTracker:
     """(buffer index, valid) for an index per dim of the last view (default: fresh bounded vars)."""
     pos, valid = self.views[-1].expr(index_vars(self.shape) if idxs is None else idxs)
     for v in reversed(self.views[:-1]):
-      pos, lvalid = v.expr(unravel(pos, v.shape))
+      pos, lvalid = v.expr(unravel(pos, v.shape, v.reads))
       valid = land(valid, lvalid)
     return pos, valid
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from linearizer.shapetracker import ShapeTracker, View, strides_for_shape
+from linearizer.shapetracker import ShapeTracker, View, index_vars, strides_for_shape
 from linearizer.symbolic import Var, evaluate
 
 MAX_SIZE = 512
@@ -261,6 +261,17 @@ def test_real_strides_agree_with_index_differences_between_neighbours(chain):
       if len(t.views) == 1: assert strict[d] == t.views[0].strides[d]
   assert t.unit_stride_axes() == [d for d, st in enumerate(strict) if st == 1]
   assert t.unit_stride_axes(ignore_valid=True) == [d for d, st in enumerate(loose) if st == 1]
+
+@given(chains())
+def test_an_index_on_a_dim_the_view_does_not_read_changes_nothing(chain):
+  # the lowering reads a tracker with such dims at 0, so that lanes reading one element share a cached index
+  # (lower.py _Lowering.at), and expr_idxs decodes no such dim of a view below (unravel): exact only if expr never looks
+  shape, ops = chain
+  _, t = run_chain(shape, ops)
+  ivars, top = index_vars(t.shape), t.views[-1]
+  assert t.expr_idxs([i if top.reads(d) else 0 for d, i in enumerate(ivars)]) == t.expr_idxs(ivars)
+  for v in t.views[:-1]:
+    assert v.expr([i if v.reads(d) else 0 for d, i in enumerate(index_vars(v.shape))]) == v.expr(index_vars(v.shape)), v
 
 def test_real_strides_of_a_padded_dim_depend_on_ignore_valid():
   t = ShapeTracker.from_shape((4, 6)).pad(((0, 0), (1, 1)))
