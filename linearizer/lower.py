@@ -10,7 +10,7 @@ subexpressions merge), constants fold by the reference semantics, and index and 
 symbolic expressions, simplified, until the renderer writes them.
 """
 from __future__ import annotations
-import collections, contextlib, itertools, math
+import collections, contextlib, functools, itertools, math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
@@ -222,14 +222,15 @@ class _Lowering:
     return self.emit(UOp(UOps.CONST, dt, (), v), dedup=not (dt.is_float and v == 0 and math.copysign(1.0, v) < 0))
 
   # ---- values
-  def index(self, st: ShapeTracker, lane: At) -> tuple[sint, sint]:
-    # axes where this tracker has size 1 read index 0 (the STORE at reduce axes, leaves above the reduce);
-    # the vector axis reads the symbolic lane. Index and validity only matter where the validity holds: simplified
-    # under it, a padded view's index often loses its decode (// and %) and becomes affine in the loop variables
-    idxs = [0 if st.shape[i] == 1 else lane[i] if i in lane else self.lane_var if i == self.vaxis else self.loop_vars[i] for i in range(self.n)]
-    idx, valid = st.expr_idxs(idxs)
-    valid = simplify_valid(valid)
-    return simplify_where(idx, valid), valid
+  def indices(self, st: ShapeTracker, lane: At) -> tuple[sint, ...]:
+    """The index on each axis that `st` is read at for this lane: the vector axis at the symbolic lane. 0 where the index
+    is not read (st's size 1: the STORE at reduce axes, leaves above the reduce; no stride and no mask: a broadcast), so
+    lanes that read the same element ask _index once."""
+    top = st.views[-1]
+    return tuple(0 if st.shape[i] == 1 or not top.reads(i) else lane[i] if i in lane else self.lane_var if i == self.vaxis
+                 else self.loop_vars[i] for i in range(self.n))
+
+  def index(self, st: ShapeTracker, lane: At) -> tuple[sint, sint]: return _index(st, self.indices(st, lane))
 
   def vector_load(self, node: LazyOp, lane: At) -> int:
     """Contiguous along the vector axis: one vector load; stride 2 (a strided conv's row): two, their even lanes;
@@ -283,7 +284,7 @@ class _Lowering:
       idx, valid = self.index(self.st_of[node.arg], lane)
       r = self.scalar_load(self.buf_of[node.arg], node.dtype, idx, valid)
     elif node.op == "CONST":
-      _, valid = self.index(self.st_of[node.arg], lane)  # lane-independent where vectorised (_vector_axis checks)
+      _, valid = _read(st := self.st_of[node.arg], self.indices(st, lane))  # lane-independent where vectorised (_vector_axis checks)
       c, zero = self.const(node.arg.val, node.dtype), self.const(0, node.dtype)  # one uop when the constant is 0 (not -0.0)
       r = (c if valid == 1 else zero) if isinstance(valid, int) or c == zero else \
         self.emit(UOp(UOps.ALU, node.dtype, (self.emit(UOp(UOps.VALID, bool_, (), valid)), c, zero), "WHERE"))
@@ -613,6 +614,26 @@ def lane_loads(idx: sint, valid: sint, w: int) -> tuple[sint, list[tuple[sint, s
   return land(*(v for _, v in each)), each
 
 def _items(at: At) -> tuple[tuple[int, sint], ...]: return tuple((i, at[i]) for i in sorted(at))
+
+# A tracker read at the same indices gives the same index, and a lowering asks again and again: a kernel's constants
+# share a few trackers (sops_296: 190 leaves, 30 trackers of up to 4 views), the shifted second lowering reads them all
+# again, so do the passes of a reduce (eager_chain's), and a search's children. Exact: the two are functions of the
+# tracker and the indices alone, compared as values (docs/benchmarks.md, bench/lowering_cost.py: 9,108 schedules' IR and
+# source unchanged). The caches and symbolic.py's hold ~25 MB at most.
+INDEX_CACHE = 1 << 14  # entries each
+
+@functools.lru_cache(INDEX_CACHE)
+def _read(st: ShapeTracker, idxs: tuple[sint, ...]) -> tuple[sint, sint]:
+  """The tracker's index and validity at these indices, each of the validity's terms simplified where the others hold."""
+  idx, valid = st.expr_idxs(idxs)
+  return idx, simplify_valid(valid)
+
+@functools.lru_cache(INDEX_CACHE)
+def _index(st: ShapeTracker, idxs: tuple[sint, ...]) -> tuple[sint, sint]:
+  """_read's, the index simplified where the validity holds (anywhere else it is not read): a padded view's index often
+  loses its decode (// and %) there and becomes affine in the loop variables."""
+  idx, valid = _read(st, idxs)
+  return simplify_where(idx, valid), valid
 
 
 def _launch(prefix: str, axes: Iterable[int], full: Sequence[sint], maxes: Optional[tuple[int, ...]] = None,

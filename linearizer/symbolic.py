@@ -7,7 +7,7 @@ Forms: a linear `Sum` of atoms with int coefficients, and the atoms `Var`, `Div`
 positive constant, `Prod` (non-linear products), `Lt` (x < c, 0 or 1) and `And`.
 """
 from __future__ import annotations
-import math
+import functools, math
 from typing import Mapping, Optional, Union, cast
 
 sint = Union[int, "Node"]
@@ -133,6 +133,14 @@ def _make_sum(terms: dict[Node, int], const: int) -> sint:
   if const == 0 and len(terms) == 1 and next(iter(terms.values())) == 1: return next(iter(terms))
   return Sum(tuple(sorted(terms.items(), key=lambda t: _sort_key(t[0]))), const)
 
+# The four ops below are pure (an expression is its structure: equal ones simplify alike), and a kernel's lowering asks
+# them the same questions again and again: each upcast lane's index decodes the same loop-variable terms through the same
+# views, and every Sum made checks its Mod and Div atoms again. Remembered, sops_296's UPCAST 0 16, THREAD 0 2, UPCAST 1 16
+# (256 lanes, 30 trackers of up to 4 views) lowered in 3.7 CPU-s, not 9.9 (lower.py's index caches in place either way;
+# BUSY, one run each). typed: a numpy int is never taken for an int.
+_cache = functools.lru_cache(maxsize=1 << 13, typed=True)
+
+@_cache
 def add(a: sint, b: sint) -> sint:
   if isinstance(a, int) and isinstance(b, int): return a + b
   ta, ca = _linear(a)
@@ -140,6 +148,7 @@ def add(a: sint, b: sint) -> sint:
   for atom, c in tb.items(): ta[atom] = ta.get(atom, 0) + c
   return _make_sum(ta, ca + cb)
 
+@_cache
 def mul(a: sint, b: sint) -> sint:
   if isinstance(a, int) and isinstance(b, int): return a * b
   if isinstance(a, int): a, b = b, a
@@ -166,6 +175,7 @@ def _const_divisor(c: sint, what: str) -> int:
   if c == 0: raise ZeroDivisionError(f"{what} by zero")
   return c
 
+@_cache
 def floordiv(x: sint, c: sint) -> sint:
   c = _const_divisor(c, "division")
   if c < 0: return floordiv(mul(x, -1), -c)  # floor(x / -c) == floor(-x / c)
@@ -193,6 +203,7 @@ def floordiv(x: sint, c: sint) -> sint:
       return floordiv(add(_make_sum({a: k * inner.c for a, k in rest.items() if a != inner}, const * inner.c), inner.x), inner.c * c)
   return Div(x, c)
 
+@_cache
 def mod(x: sint, c: sint) -> sint:
   c = _const_divisor(c, "modulo")
   if c < 0: return add(x, mul(floordiv(x, c), -c))  # Python: x % c == x - c * (x // c)

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from corner_kernels import FLOAT_TO_INT_EDGES
-from linearizer import reference
+from linearizer import lower as lower_module, reference, symbolic
 from linearizer.builders import alu, broadcast, cast, conv2d, const, kernel, ld, matmul, mul_add, red, reduce, st, symbolic_sum
 from linearizer.compare import compare
 from linearizer.dtypes import DTYPES, bool_, float16, float32, int8, int32, uint8, uint16
@@ -177,6 +177,21 @@ def test_packed_schedules_match_the_reference_and_the_unpacked_bits(k, opts):
   assert all(f"pack{o.axis}[" in src for o in opts if o.op == "PACK")
   got = check(k, opts=opts, seed=4)
   assert np.array_equal(got, check(k, opts=[o for o in opts if o.op != "PACK"], seed=4))
+
+
+def test_a_lowering_is_the_same_whatever_the_process_lowered_before():
+  # a tracker's index at a lane and the symbolic ops are remembered as long as the process lives (lower.py _index,
+  # _read; symbolic.py _cache): keyed by less than all they depend on, a kernel would take another lowering's indices --
+  # the same trackers read at another vector axis's lanes, through another launch's loop variables, at other bounds
+  cases = [(k, o) for k in (conv2d(1, 8, 9, 9, 8, 3, 3, padding=1), matmul(32, 32, 32))
+           for o in (cpu.options(), replace(cpu.options(), float_vector_widths=(4, 8, 16)), cuda.ARCH_OPTIONS["sm_90"])]
+  cases += [(symbolic_sum(8, ("n", 1, hi)), cpu.options()) for hi in (9, 300)]
+  def ir(k, o): return lower(Kernel(k, o).apply_opts(hand_coded_optimizations(Kernel(k, o)))).uops
+  alone = []
+  for k, o in cases:
+    for f in (lower_module._index, lower_module._read, symbolic.add, symbolic.mul, symbolic.floordiv, symbolic.mod): f.cache_clear()
+    alone.append(ir(k, o))
+  assert [ir(k, o) for k, o in cases] == alone
 
 
 def test_a_packed_copy_is_made_once_per_block_of_the_axes_it_varies_along():
