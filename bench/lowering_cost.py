@@ -13,12 +13,13 @@ schedule: its IR's hash (each uop's repr), its source's, its IR size and the thr
 depend only on the Kernel, so two commits' runs lower the same schedules. --profile: cProfile's top functions over it all.
 """
 from __future__ import annotations
-import argparse, cProfile, gzip, hashlib, json, pstats, random, statistics, sys, time
+import argparse, cProfile, hashlib, json, pstats, random, statistics, sys, time
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 from devices import cpu, cuda, opencl  # noqa: E402
 from linearizer.ast import KernelAST, loads  # noqa: E402
 from linearizer.heuristic import hand_coded_optimizations  # noqa: E402
@@ -26,17 +27,15 @@ from linearizer.kernel import Kernel, OptError  # noqa: E402
 from linearizer.lower import PastLimit, lower  # noqa: E402
 from linearizer.options import LinearizerOptions  # noqa: E402
 from search.actions import MAX_UOPS, actions_for  # noqa: E402
+from search_vs_tinygrad import corpus  # noqa: E402
 
-CORPUS = ROOT / "examples" / "corpus" / "tinygrad-v0.8.0-kernels.jsonl.gz"
 EXAMPLES = ROOT / "examples" / "kernels"
 DEVICES = {"CPU": (cpu.options, cpu.render), "AVX512": (lambda: replace(cpu.options(), float_vector_widths=(4, 8, 16)), cpu.render),
            "OPENCL": (opencl.options, opencl.render), "CUDA": (lambda: cuda.ARCH_OPTIONS["sm_90"], cuda.render)}
 
 
 def kernels() -> Iterator[tuple[str, KernelAST]]:
-  with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
-    for i, line in enumerate(f):
-      if line.strip(): yield (k := loads(line)).name or f"corpus{i}", k
+  yield from corpus().items()
   for p in sorted(EXAMPLES.glob("*.json")): yield p.stem, loads(p.read_text())
 
 def walk(k: Kernel, rng: random.Random, actions: tuple) -> Kernel:
