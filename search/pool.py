@@ -52,16 +52,22 @@ def die_with_parent() -> None:
   with contextlib.suppress(OSError, AttributeError): ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def parent_gone() -> contextlib.suppress:
+  """Around a child's loop: its parent's end of the pipe closed, it returns quietly. A SIGKILLed parent's files close
+  before the kernel sends the child its PDEATHSIG, and a child that wrote in between printed a BrokenPipeError traceback
+  into the parent's stderr (the demo's log, a terminal)."""
+  return contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError)
+
+
 def _worker(conn: Connection) -> None:
   leave_group()  # its own group: pausing it pauses the compilers it started; orphaned and stopped, the kernel SIGHUPs it
   die_with_parent()
-  while True:
-    try: msg = conn.recv()
-    except EOFError: return
-    if msg is None: return
-    fn, args = msg
-    try: conn.send((True, fn(*args)))
-    except Exception as e: conn.send((False, f"{type(e).__name__}: {e}" if str(e) else traceback.format_exc(limit=3)))
+  with parent_gone():
+    while (msg := conn.recv()) is not None:
+      fn, args = msg
+      try: result = (True, fn(*args))
+      except Exception as e: result = (False, f"{type(e).__name__}: {e}" if str(e) else traceback.format_exc(limit=3))
+      conn.send(result)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from linearizer import reference
 from linearizer.ast import KernelAST, loads
 from linearizer.compare import compare
 from search.load import OtherLoad
-from search.pool import die_with_parent, leave_group, start_alone
+from search.pool import die_with_parent, leave_group, parent_gone, start_alone
 from search.result import Status
 
 
@@ -128,24 +128,25 @@ def _main(conn: Connection, module: str) -> None:
   leave_group()  # out of the worker's group: a terminal's Ctrl-C is the worker's to handle (it stops the search, then us)
   dev, progs = importlib.import_module(module), {}
   case: Optional[_Case] = None
-  while (msg := conn.recv()) is not None:
-    op, *args = msg
-    try:
-      if op == "setup":
-        case = _Case(dev, Path(args[0]), args[1])
-        case.ranging = lambda: conn.send(RANGING)
-        conn.send(None)
-      elif op == "measure":
-        lib, name, check, min_time_s, min_runs, max_runs, early_stop_s = args
-        if case is None: raise RuntimeError("measure before setup")
-        key = (lib.key, name)  # a batch's library holds many candidates' entry points
-        if key not in progs: progs[key] = dev.Program(lib, name)
-        load = OtherLoad()  # this process's own threads are not others'
-        m = case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s)
-        m.other_load = load.cores()
-        conn.send(m)
-    except Exception as e:  # a device that lost its context fails the candidate as a crash
-      conn.send(Measurement(Status.CRASH if isinstance(e, DeviceError) and e.lost else Status.RUN_ERROR, error=f"{type(e).__name__}: {e}"))
+  with parent_gone():
+    while (msg := conn.recv()) is not None:
+      op, *args = msg
+      answer: Optional[Measurement] = None  # None: the setup done
+      try:
+        if op == "setup":
+          case = _Case(dev, Path(args[0]), args[1])
+          case.ranging = lambda: conn.send(RANGING)
+        elif op == "measure":
+          lib, name, check, min_time_s, min_runs, max_runs, early_stop_s = args
+          if case is None: raise RuntimeError("measure before setup")
+          key = (lib.key, name)  # a batch's library holds many candidates' entry points
+          if key not in progs: progs[key] = dev.Program(lib, name)
+          load = OtherLoad()  # this process's own threads are not others'
+          answer = case.measure(progs[key], check, min_time_s, min_runs, max_runs, early_stop_s)
+          answer.other_load = load.cores()
+      except Exception as e:  # a device that lost its context fails the candidate as a crash
+        answer = Measurement(Status.CRASH if isinstance(e, DeviceError) and e.lost else Status.RUN_ERROR, error=f"{type(e).__name__}: {e}")
+      conn.send(answer)
 
 
 class Runner:

@@ -1,4 +1,5 @@
 import contextlib, json, math, os, subprocess, sys, threading, time, types
+from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +22,7 @@ from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.settings import SearchSettings, StrategySettings
 from search.strategy import drive
-from search import builder as search_builder, load as search_load, tune as search_tune
+from search import builder as search_builder, load as search_load, pool as search_pool, runner as search_runner, tune as search_tune
 from search.runner import Measurement, Runner, write_case
 from search.tune import DeviceBusy, SearchStopped, tune
 from search.workshop import Workshop
@@ -662,3 +663,20 @@ print("ok")
   p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
                      env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
   assert p.returncode == 0 and p.stdout == "ok\n" and "KeyboardInterrupt" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("child", ["compile worker", "runner"])
+def test_a_child_whose_parent_is_gone_before_it_answers_exits_quietly(child, tmp_path, capfd):
+  # a SIGKILLed worker's pipes close before the kernel's PDEATHSIG reaches its children: a runner that answered in between
+  # printed a BrokenPipeError traceback into the demo's log (CI, session 23)
+  ctx = get_context("spawn")
+  parent, end = ctx.Pipe()
+  target, args, task = ((search_pool._worker, (end,), (time.sleep, (0.2,))) if child == "compile worker" else
+                        (search_runner._main, (end, "devices.cpu"), ("setup", str(tmp_path / "no case"), {})))
+  proc = ctx.Process(target=target, args=args)
+  search_pool.start_alone(proc)
+  end.close()
+  parent.send(task)
+  parent.close()  # before its answer
+  proc.join(120)
+  assert proc.exitcode == 0 and "Traceback" not in capfd.readouterr().err
