@@ -76,16 +76,6 @@ class Clock:
     setattr(owner, name, g)
 
 
-def proc_cpu_s(pids: list[int]) -> float:
-  """CPU seconds of these processes and of their children they waited for (a pool worker's compilers)."""
-  out = 0.0
-  for pid in pids:
-    try: f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError: continue
-    out += sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
-  return out
-
-
 def workshop_pids() -> list[int]:
   ws = workshop_mod.WORKSHOP
   return [s.proc.pid for p in ws._pools.values() for s in p._slots] + [r.proc.pid for r, _ in ws._runners.values()]
@@ -93,13 +83,13 @@ def workshop_pids() -> list[int]:
 
 def profile(name: str, k, settings: SearchSettings, clock: Clock) -> dict:
   clock.s.clear(); clock.n.clear()
-  before = {p: proc_cpu_s([p]) for p in workshop_pids()}  # none before the first search: its processes are started in it
+  before = {p: cpu.process_cpu_s(p) for p in workshop_pids()}  # none before the first search: its processes are started in it
   m0, t0 = sum(os.times()[:2]), time.perf_counter()
   r = tune_mod.tune(k, "CPU", settings)
   wall = time.perf_counter() - t0
   # the processes the search left in the workshop, each since the search began or since it started (a runner restarted
   # meanwhile: the dead one's CPU is not seen)
-  main_cpu, pool_cpu = sum(os.times()[:2]) - m0, sum(proc_cpu_s([p]) - before.get(p, 0.0) for p in workshop_pids())
+  main_cpu, pool_cpu = sum(os.times()[:2]) - m0, sum(cpu.process_cpu_s(p) - before.get(p, 0.0) for p in workshop_pids())
   build = wall - sum(clock.s[p] for p in ("lease", "timing", "check", "final", "rank"))
   return {"kernel": name, "wall_s": wall, "phases": dict(clock.s), "calls": dict(clock.n), "build_and_rest_s": build,
           "main_cpu_s": main_cpu, "pool_runner_cpu_s": pool_cpu, "candidates": len(r.candidates),

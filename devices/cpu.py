@@ -127,7 +127,7 @@ def _tree(pid: int) -> dict[int, list[str]]:
   minutes of CPU after its search had moved on): the tree is read in one pass, before any of it dies."""
   stats: dict[int, list[str]] = {}
   for stat in Path("/proc").glob("[0-9]*/stat"):
-    try: stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
+    try: stats[int(stat.parent.name)] = _stat_fields(stat.parent.name)
     except OSError: continue  # gone meanwhile
   children: dict[int, list[int]] = {}
   for child, fields in stats.items(): children.setdefault(int(fields[1]), []).append(child)
@@ -135,9 +135,18 @@ def _tree(pid: int) -> dict[int, list[str]]:
   while i < len(tree): tree, i = tree + children.get(tree[i], []), i + 1
   return {p: stats[p] for p in tree if p in stats}
 
+def _stat_fields(pid: int | str) -> list[str]:
+  """Process `pid`'s /proc stat fields after the command's name (which may hold spaces and parentheses); OSError once it is gone."""
+  return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
 def _cpu_s(tree: dict[int, list[str]]) -> float:
   """CPU seconds of a process tree: each process's own and those of the children it waited for (cc1, as: the driver's)."""
   return sum(int(x) for fields in tree.values() for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+def process_cpu_s(pid: int) -> float:
+  """CPU seconds of process `pid` (every thread) and of the children it waited for; 0 once it is gone."""
+  try: return _cpu_s({pid: _stat_fields(pid)})
+  except (OSError, ValueError): return 0.0
 
 @functools.cache
 def _compiler(cc: str) -> tuple[str, str, str]:

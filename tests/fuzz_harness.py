@@ -12,6 +12,7 @@ from multiprocessing.connection import wait
 import numpy as np
 
 from devices import registry
+from devices.cpu import process_cpu_s
 from linearizer import reference
 from linearizer.ast import KernelAST, load, loads
 from linearizer.compare import compare
@@ -114,12 +115,6 @@ def _worker(conn, device: str, flags: tuple[str, ...], max_positions: int, timeo
 
 # ---------------------------------------------------------------- the pool
 
-def _process_cpu_s(pid: int) -> float:
-  """CPU seconds of process `pid` (every thread: PoCL and NVRTC compile in it) and of the children it waited for (gcc)."""
-  try: return sum(int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]) / os.sysconf("SC_CLK_TCK")
-  except (OSError, ValueError): return 0.0  # gone: its death is the case's result
-
-
 class _Worker:
   def __init__(self, pool: Pool):
     self.conn, child = get_context("spawn").Pipe()
@@ -136,10 +131,11 @@ class _Worker:
     self.conn.send(case)
 
   def started(self) -> None:
-    """The case's clocks start: as it is sent, and again as the worker starts it (after its imports and the drawing)."""
-    self.since, self.cpu_since = time.monotonic(), _process_cpu_s(self.proc.pid)
+    """The case's clocks start: as it is sent, and again as the worker starts it (after its imports and the drawing). Its CPU
+    is the worker's every thread (PoCL and NVRTC compile in it) and its gcc's; a dead worker's reads 0: its death is the result."""
+    self.since, self.cpu_since = time.monotonic(), process_cpu_s(self.proc.pid)
 
-  def cpu_s(self) -> float: return _process_cpu_s(self.proc.pid) - self.cpu_since
+  def cpu_s(self) -> float: return process_cpu_s(self.proc.pid) - self.cpu_since
 
 
 class Pool:
