@@ -164,6 +164,13 @@ def no_process_left_running():
     pytest.fail(f"the test left processes running (killed): {named(started)}")
 
 
+def own_clock() -> float:
+  """Seconds on a clock of this thread's own: the wall clock less the time the thread spent runnable but waiting for a core
+  (/proc/thread-self/schedstat's run delay, what a busy machine adds). Two readings' difference is what a call's own work
+  and waits took, which other load does not stretch: the measure of a bound on those (a deadline, a read cut short)."""
+  return time.monotonic() - int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+
+
 TOKENS = {"sub": "submit", "wrk": "worker", "adm": "admin"}  # the tokens the `server` fixture knows, by role
 
 

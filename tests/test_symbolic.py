@@ -6,7 +6,6 @@ import random
 import shutil
 import subprocess
 import tempfile
-import time
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 from linearizer import symbolic
 from linearizer.symbolic import (And, Div, Lt, Mod, Node, Prod, Sum, SymbolicParseError, Var, evaluate, ge, land, lt,
                                  parse, render, smax, smin, substitute, variables)
+from conftest import own_clock
 
 NAMES = "abc"
 
@@ -302,9 +302,9 @@ def test_parse_rejects_bad_strings_with_symbolic_parse_error(text):
 @pytest.mark.timing
 def test_parse_rejects_products_that_multiply_out_to_many_terms_quickly():
   text = "*".join(["(x+y+start_pos)"] * 16)  # 255 characters, 3**16 terms multiplied out
-  t0 = time.perf_counter()
+  t0 = own_clock()  # the parser's own time: a busy machine's wait for a core is not its work
   with pytest.raises(SymbolicParseError): parse(text, V3)
-  assert time.perf_counter() - t0 < 2
+  assert own_clock() - t0 < 2
   assert parse("(x+y)*(x-y)*(x+1)", V3) is not None  # small products are fine
 
 @pytest.mark.parametrize("bad", [None, 3, b"1", ["1"]])

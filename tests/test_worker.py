@@ -226,7 +226,7 @@ def test_a_worker_rides_out_an_api_outage_and_reports_the_search_it_finished(tmp
     searched.join(180)
     assert not searched.is_alive()
     j = user.job(job["job_id"])
-    assert j["state"] == "done" and j["result"]["status"] == "confirmed" and j["result"]["worker_id"] == w.id, j
+    assert j["state"] == "done" and j["result"]["status"] == "confirmed" and j["result"]["worker_id"] == w.id, (j["state"], j["error"], j["result"])
     # searched once, confirmed once (at once where it kept the hand-coded schedule)
     assert [r["job_id"] for r in user.kernel(j["kernel_key"])["results"]] in ([job["job_id"]], [job["job_id"], job["job_id"] + 1])
   finally:
