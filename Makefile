@@ -41,10 +41,11 @@ test: $(STAMP) deps
 
 # The checks of every input and every corpus kernel, the rest of the checks `make test` runs a first part of (the bounded
 # fuzz runs' later cases, most of the corpus round trip, the sampled corpus kernels whose hand-coded schedule repeats one
-# already checked, the 30 s API outage), and a slice of tinygrad's own tests against torch
-# (its venv, torch included, is built on first use: `make test` never needs it): CI runs them after `make test` (.ci/run).
+# already checked, the 30 s API outage), a slice of tinygrad's own tests against torch (its venv, torch included, is
+# built on first use: `make test` never needs it), and every property test again with 500 examples (`make test`: 100):
+# CI runs them after `make test` (.ci/run).
 test-exhaustive: $(STAMP) $(TG_STAMP)
-	$(PYTEST) $(XDIST) -m exhaustive $(PYTEST_ARGS)
+	TUNESVC_PROPERTY_EXAMPLES=500 $(PYTEST) $(XDIST) -m "exhaustive or property" $(PYTEST_ARGS)
 
 # While working: neither the slow tier nor the timing one (see the markers in pyproject.toml).
 test-quick: $(STAMP)

@@ -430,7 +430,7 @@ def _mutate(d, data):
   return d
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])  # example count and deadline: the profiles of conftest.py (ci: 500)
+@settings(suppress_health_check=[HealthCheck.too_slow])  # example count and deadline: conftest.py's profile (make test-exhaustive: 500)
 @given(st.data())
 def test_random_mutations_are_rejected_cleanly_or_load(data):
   d = copy.deepcopy(data.draw(st.sampled_from(VALID), label="base"))

@@ -237,6 +237,7 @@ def rand_tree(rng, names, leaves):
   if op == "mulc": return (op, sub, rng.randint(-6, 6))
   return (op, sub, rng.choice([2, 3, 4, 5, 6, 7, 8, 12, 16, -2, -3, -4, -7]))
 
+@pytest.mark.property  # its expressions scale with the property tests' examples: 400 in make test, 2,000 in test-exhaustive
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_c_rendering_matches_python_floor_semantics_for_negative_numerators():
   rng = random.Random(1234)
