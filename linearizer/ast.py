@@ -476,11 +476,11 @@ class _Loader:
       if src[0].shape != n.arg.st.shape:
         self.fail(f"{path}.arg.st", f"STORE shape {_shape_str(n.arg.st.shape)} differs from its source's {_shape_str(src[0].shape)}")
       if len(n.arg.st.views) != 1: self.fail(f"{path}.arg.st", "a STORE writes through exactly one view")
-      if not _injective(n.arg.st.views[0]): self.fail(f"{path}.arg.st", "two positions of the STORE write the same element")
+      if not injective(n.arg.st.views[0]): self.fail(f"{path}.arg.st", "two positions of the STORE write the same element")
 
 def _shape_str(shape: Sequence[sint]) -> str: return "(" + ", ".join(render(s) for s in shape) + ")"
 
-def _injective(v: View) -> bool:
+def injective(v: View) -> bool:
   """No two valid positions of the (single) view reach the same index: taken by increasing stride,
   each stride steps past all that the smaller ones can span over their masked-in extents."""
   dims = []

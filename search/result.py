@@ -96,7 +96,9 @@ class SearchResult:
   candidates: list[Candidate] = field(default_factory=list)
   # how the final check measured: other_load (cores busy elsewhere, the most in a round), drift (the baseline's change
   # between the first and second half of the rounds), retimed (final checks redone: the machine was busy), busy
-  # (contended at any point of the search), spread (the winner's max/min time over the rounds). {} from older workers.
+  # (contended at any point of the search), spread (the winner's max/min time over the rounds), roofline (the search's
+  # last judgement of its best against a stream of its bytes, `ended` where that ended it: search/roofline.py; absent
+  # where none was made). {} from older workers.
   conditions: dict = field(default_factory=dict)
   seeds: list[Seed] = field(default_factory=list)  # the warm starts it was given, in order ([] from older workers)
 

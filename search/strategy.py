@@ -20,10 +20,11 @@ class Strategy(Protocol):
 
 
 def drive(strategy: Strategy, measure: Measure, budget_candidates: Optional[int] = None, deadline: float | Callable[[], float] = float("inf"),
-          stop: Optional[threading.Event] = None) -> list[tuple[Kernel, Candidate]]:
+          stop: Optional[threading.Event] = None, done: Callable[[], bool] = lambda: False) -> list[tuple[Kernel, Candidate]]:
   """Every (kernel, candidate) measured, in measuring order. Round 0 (the seeds) is measured whatever the budget:
   every search has a baseline. `deadline` (time.monotonic()) may be a function, asked after each round: the seeds'
-  measurements may move it (search/settings.py StrategySettings.effort)."""
+  measurements may move it (search/settings.py StrategySettings.effort). `done`, asked after each round too, ends the
+  search where nothing measured later could win (the roofline: search/roofline.py)."""
   measured: list[tuple[Kernel, Candidate]] = []
   def left() -> int: return budget_candidates - len(measured) if budget_candidates is not None else 1 << 62
   def due() -> float: return deadline() if callable(deadline) else deadline
@@ -32,5 +33,5 @@ def drive(strategy: Strategy, measure: Measure, budget_candidates: Optional[int]
     new = measure(ks, rnd, len(ks) if rnd == 0 else left(), float("inf") if rnd == 0 else due())
     measured += new
     strategy.observe(new)
-    if left() <= 0 or time.monotonic() >= due() or stop and stop.is_set(): break
+    if left() <= 0 or time.monotonic() >= due() or stop and stop.is_set() or done(): break
   return measured

@@ -3,8 +3,9 @@ proposes, the builder compiles in the pool, the sandboxed runner measures, withi
 
 Candidates render and compile in the pool while the runner measures the ones ready; every timing runs with the pool
 paused when the device is the CPU (compiles would share its cores). The reference output is computed once, before
-any candidate runs. At the end the fastest few and the hand-coded baseline are re-timed, interleaved, and the
-winner, always a verified candidate, is the one with the best median there.
+any candidate runs. A search whose fastest verified candidate moves the bytes its kernel must move as fast as a stream
+of them, timed beside it, ends there (search/roofline.py). At the end the fastest few and the hand-coded baseline are
+re-timed, interleaved, and the winner, always a verified candidate, is the one with the best median there.
 """
 from __future__ import annotations
 import contextlib, importlib, os, statistics, threading, time
@@ -21,7 +22,7 @@ from search.beam import BeamStrategy
 from search.builder import Build, Builder
 from search.load import checked, drift
 from search.model_beam import ModelBeamStrategy, prior_data
-from search import prior as priors
+from search import prior as priors, roofline
 from search.pool import CompilePool
 from search.result import Candidate, SearchResult, Seed, SeedSource, Status
 from search.runner import Runner
@@ -63,10 +64,12 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
   kr = ast.rebased()  # the runner allocates only what the kernel reaches; opts mean the same on it
   ws = workshop or WORKSHOP
   with ws.lease(dev.__name__, s.build.workers or os.cpu_count() or 1, s.build.compile_timeout_s) as (pool, runner), \
-       contextlib.ExitStack() as held, ThreadPoolExecutor(1) as bg:
+       contextlib.ExitStack() as held, ThreadPoolExecutor(2) as bg:
     # the reference runs (numpy, mostly outside the GIL) while the seeds render and compile; the first timing waits for it
     def prepare() -> None: runner.setup(held.enter_context(ws.case(kr, vv, s.measure.seed)), vv)
     case = bg.submit(prepare)
+    # the roofline's stream (search/roofline.py), compiled meanwhile too
+    stream = bg.submit(roofline.build, dev, kr, vv) if s.strategy.roofline else None
     root = Kernel(kr, dev.options())
     hand = root.copy()
     hand_coded_optimizations(hand)
@@ -81,9 +84,9 @@ def tune(ast: KernelAST, device: str = "CPU", settings: SearchSettings = SearchS
     strategy = ModelBeamStrategy(seeds, actions, s.strategy, extra, data, cut=model, fitted=fitted) if model or data \
       else BeamStrategy(seeds, actions, s.strategy, extra)
     search = _Search(dev, s, Builder(pool, dev.__name__, kr, dev.options(), s.build.batch), pool, runner, progress, stop, case,
-                     [o.to_json() for o in hand.applied_opts], runs, strategy.go_on_below)
+                     [o.to_json() for o in hand.applied_opts], runs, strategy.go_on_below, stream)
     def deadline() -> float: return start + s.budget_s * search.effort if s.budget_s is not None else float("inf")
-    measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop)
+    measured = drive(strategy, search.measure, s.budget_candidates, deadline, stop, search.at_roofline)
     case.result()
     search.check_stop()
     with pool.paused() if dev.options().device == "CPU" else contextlib.nullcontext():  # a compile still running waits
@@ -105,7 +108,7 @@ class _Search:
   """The measuring side of one search: builds into the runner, and the final check."""
   def __init__(self, dev, s: SearchSettings, builder: Builder, pool: CompilePool, runner: Runner, progress, stop,
                case: Optional[Future] = None, hand_opts: Optional[list[dict]] = None, runs: int = 1,
-               go_on_below: Callable[[], float] = lambda: float("inf")):
+               go_on_below: Callable[[], float] = lambda: float("inf"), stream: Optional[Future] = None):
     self.dev, self.s, self.builder, self.pool, self.runner, self.progress, self.stop = dev, s, builder, pool, runner, progress, stop
     self.case = case  # the runner's setup, done once it is (its exception raised at the first timing)
     self.hand_opts, self.runs = hand_opts or [], runs
@@ -115,6 +118,9 @@ class _Search:
     self.best_s: Optional[float] = None
     self.libs: dict[str, Build] = {}   # source hash -> build of the candidates timed in full
     self.candidates: list[Candidate] = []
+    self.stream = stream  # the roofline's stream being built (roofline.build); None once there is none to judge by
+    self.judged: Optional[Candidate] = None  # the candidate last judged against it
+    self.roofline: dict = {}  # that judgement, for the result's conditions
 
   def check_stop(self) -> None:
     if self.stop and self.stop.is_set(): raise SearchStopped("the search was stopped")
@@ -186,6 +192,40 @@ class _Search:
     if len(ok) < self.s.final.final_top or c.fastest_s < ok[self.s.final.final_top - 1].fastest_s: return True
     return not _threaded(c) and c.fastest_s < min((x.fastest_s for x in ok if not _threaded(x)), default=float("inf"))
 
+  def at_roofline(self) -> bool:
+    """Whether the fastest verified candidate runs at the roofline (search/roofline.py): its median over ROUNDS rounds
+    interleaved with the stream's within TOLERANCE of it. Judged once per new fastest, and only one on the stream's
+    threads: a busy core slows a threaded stream more than a one-core candidate, which then looked at a roofline that
+    the device's other cores raise. Never where the stream is shorter than MIN_S (then no more) or there is none."""
+    ok = [c for c in self.candidates if c.status is Status.OK and c.verified]
+    if self.stream is None or not ok or (best := min(ok, key=lambda c: c.fastest_s)) is self.judged: return False
+    if (built := self.stream.result()) is None:
+      self.stream = None
+      return False
+    if roofline.threads(best.opts) != built.threads: return False
+    if self.roofline and best.fastest_s > 2 * self.roofline["stream_s"]: return False  # its fastest run far off: not timed
+    self.judged, b = best, self.libs[best.source_hash]
+    runs: dict[str, list[float]] = {"stream": [], "best": []}
+    timed, other = [("stream", built.binary, built.name), ("best", b.binary, b.name)], 0.0
+    with self.pool.paused() if self.options.device == "CPU" else contextlib.nullcontext():
+      for r in range(roofline.ROUNDS):
+        for what, binary, name in timed[r % 2:] + timed[:r % 2]:
+          m = self.runner.measure(binary, name, check=False, timeout_s=max(10.0, 50 * best.fastest_s), min_time_s=0.0, min_runs=2)
+          if m.status is Status.OK: runs[what].append(min(m.times_s))
+          other = max(other, m.other_load)
+        self.check_stop()
+    if not runs["stream"]: self.stream = None  # it failed to run: nothing to judge by (a bug of ours, not the kernel's)
+    if not all(runs.values()) or self.stream is None: return False
+    stream_s, best_s = statistics.median(runs["stream"]), statistics.median(runs["best"])
+    # the rest of the machine on the cores they run on: a threaded kernel waits for its slowest thread, and both timings
+    # are noise (BUSY, other load 2.0 of 2 cores: the THREAD 2 stream against itself 0.03-24x); the search goes on
+    busy = self.options.device == "CPU" and other >= self.s.final.busy_load + (os.cpu_count() or 1) - built.threads
+    at = best_s <= (1 + roofline.TOLERANCE) * stream_s and not busy
+    self.roofline = {"moved": built.moved, "stream_s": stream_s, "best_s": best_s, "opts": best.opts, "other_load": round(other, 3),
+                     "ended": at}
+    if stream_s < roofline.MIN_S: self.stream, self.roofline = None, {}
+    return at and self.stream is not None
+
   def retime_bar(self, slow: list[tuple[Candidate, Build]], check: bool) -> None:
     """A round whose every timed child was stopped early: the bar they were stopped at (early_stop x the fastest verified
     time) is re-timed, and the children it would not have stopped are timed again against it. The bar is one
@@ -235,6 +275,8 @@ class _Search:
     # them up to 100x slow and the check fell back to the baseline (sops_8908: 122 us stored, 18-50 us found)
     alone = next((c for c in ok if not _threaded(c)), base)
     top = [c for c in ok[:s.final_top] if c.fastest_s < early_stop * ok[0].fastest_s]
+    if self.roofline.get("ended") and self.judged is not None:  # nothing beats the best there by more than noise: it and the baseline
+      top, alone = [self.judged], base
     finalists = list({id(c): c for c in top + [alone, base]}.values())
     busy_search = any(c.other_load >= s.busy_load for c in self.candidates)
     # a kernel worth less than the whole effort waits for no quiet machine (two waits cost a minute): a contended check
@@ -251,7 +293,7 @@ class _Search:
     wt = rounds[id(win)]
     measured_as = check.conditions()
     conditions = {**measured_as, "effort": round(self.effort, 3), "busy": busy_search or measured_as["busy"],
-                  "spread": round(max(wt) / min(wt), 4) if wt else None}
+                  "spread": round(max(wt) / min(wt), 4) if wt else None, **({"roofline": self.roofline} if self.roofline else {})}
     return base, win, med, [b / w for b, w in zip(rounds[id(base)], wt)] or [1.0], conditions
 
   def final_rounds(self, finalists: list[Candidate]) -> dict[int, list[float]]:

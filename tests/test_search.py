@@ -519,9 +519,9 @@ def test_a_search_weighs_the_kernel_by_its_hand_coded_time_and_runs_and_cuts_its
   k = reduce("SUM", (64, 64), (1,))
   s = SearchSettings.from_json(dict(beam=2, budget_s=600, budget_candidates=4, worth_s=1e-3, min_effort=1e-3, **FAST))
   deadlines, drive_ = [], search_tune.drive
-  def spy(strategy, measure, budget_candidates, deadline, stop):
+  def spy(strategy, measure, budget_candidates, deadline, stop, done):
     called = time.monotonic()
-    out = drive_(strategy, measure, budget_candidates, deadline, stop)
+    out = drive_(strategy, measure, budget_candidates, deadline, stop, done)
     deadlines.append((called, deadline()))
     return out
   monkeypatch.setattr(search_tune, "drive", spy)
