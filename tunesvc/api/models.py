@@ -160,7 +160,8 @@ class ResultOut(ResultSummary):
   best_source: str = Field(description="the winner's rendered source")
   confirmed_by: Optional[int] = Field(description="the confirm measurement's result")
   conditions: dict[str, Any] = Field({}, description="how the final check measured: other_load (cores busy elsewhere), drift, retimed, "
-                                     "busy, spread (search/result.py); {} for results of older workers")
+                                     "busy, spread, and roofline where the search judged its best against a stream of its bytes "
+                                     "(search/result.py); {} for results of older workers")
   seeds: list[Seed] = Field([], description="the warm starts its claim brought, whose each is, and what the search made of each "
                                             "(applied: its opts re-fitted to this kernel, measured in round 0; [] where dropped: not even "
                                             "its first opt legal here); [] for results of older workers")

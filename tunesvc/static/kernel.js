@@ -43,7 +43,8 @@ function result(k, r) {
 function conditions(c) {
   if (c?.other_load === undefined) return "";
   const text = `other load ${c.other_load.toFixed(2)} cores, drift ${(100 * c.drift).toFixed(0)}%, spread ${c.spread?.toFixed(2) ?? "–"}×` +
-    (c.retimed ? `, re-timed ${c.retimed}×` : "");
+    (c.retimed ? `, re-timed ${c.retimed}×` : "") +
+    (c.roofline?.ended ? `, ended at the roofline (${secs(c.roofline.best_s)} against ${secs(c.roofline.stream_s)} streaming its ${(c.roofline.moved / 1e6).toFixed(1)} MB)` : "");
   return c.busy ? el("span", {}, " · ", el("b", {}, "measured on a busy machine"), ` (${text})`) : ` · ${text}`;
 }
 
