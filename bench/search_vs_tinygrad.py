@@ -54,8 +54,9 @@ TRANSCENDENTAL = ("EXP2", "LOG2", "SIN")
 TG_BEAM_ENV = {"BEAM_TIMEOUT_SEC": f"{SearchSettings().build.compile_timeout_s:.0f}"}
 # tunesvc's default search: the beam, every child of its members measured but those pruned. Its winners are the quality
 # bar of a faster one (issue 13: a geometric mean at least as fast). Until 2026-11-26 `previous` was one gcc a
-# candidate, every one checked; on 2026-11-27 the beam with prune 0, then prune at its default (3)
-PREVIOUS = {"strategy": "beam"}
+# candidate, every one checked; on 2026-11-27 the beam with prune 0, then prune at its default (3); on 2026-11-29 without
+# the roofline stop (search/roofline.py): a search not ended where its best moves its bytes as fast as a stream
+PREVIOUS = {"strategy": "beam", "roofline": False}
 
 # ---------------------------------------------------------------- corpus kernels as tinygrad Tensor programs
 
@@ -269,7 +270,7 @@ def report(results: list[dict], cmd: str, facts: list[str], args, tg_info: Optio
            f"- tunesvc: search.tune with SearchSettings(beam={args.beam}, budget_s={args.budget_s:g}"
            f"{''.join(f', {k}={v!r}' for k, v in args.settings.items())}); THREAD up to {cpu.options().threads} OpenMP threads, "
            "run in parallel; a fresh compile cache (TUNESVC_CACHE_DIR) for the run",
-           *([] if args.no_previous else [f"- previous: tunesvc's default search ({PREVIOUS}), run "
+           *([] if args.no_previous else [f"- previous: tunesvc's full search ({PREVIOUS}), run "
               "second on each kernel (the compile cache holding what the first built), timed interleaved with the others"]),
            f"- tinygrad: BEAM={args.beam} ({', '.join(f'{k}={v}' for k, v in TG_BEAM_ENV.items())}, the rest its defaults; "
            f"killed past {args.tinygrad_limit_s:g} s); THREAD up to NUM_CPU_THREADS={tgt}, whose parts its CPU backend runs one after another",

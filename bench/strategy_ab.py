@@ -3,6 +3,8 @@ many fewer candidates?
 
   TUNESVC_ON_BUSY=store nice -n 19 .venv/bin/python bench/strategy_ab.py --kernels sum_rows_4096,mul_add_16m --pairs 3 --json ab.json
   ... --model '{"measure_top": 5, "patience": 0}'      # the model strategy with other settings than its defaults
+  ... --model '{"strategy": "beam"}' --beam-settings '{"roofline": false}'   # any two settings: here the roofline stop
+                                                                             # ("model") against the full beam
 
 Per kernel (an example's name, examples/kernels/, or a corpus kernel's): --pairs pairs of search.tune in one process
 and one compile cache (beam --beam, budget --budget-s, as bench/search_vs_tinygrad.py), the model strategy first in
@@ -31,14 +33,15 @@ def kernel(name: str, ks: dict):
   return example_case(name).k if (ROOT / "examples" / "kernels" / f"{name}.json").exists() else ks[name]
 
 
-def bench_kernel(name: str, ast, a, model: dict) -> dict:
+def bench_kernel(name: str, ast, a, model: dict, beam: dict) -> dict:
   searches = []
   for p in range(a.pairs):
     for who in ("model", "beam") if p % 2 == 0 else ("beam", "model"):
-      s = SearchSettings.from_json({"beam": a.beam, "budget_s": a.budget_s, **({"strategy": "model", **model} if who == "model" else {})})
+      s = SearchSettings.from_json({"beam": a.beam, "budget_s": a.budget_s, **({"strategy": "model", **model} if who == "model" else beam)})
       r = tune(ast, settings=s)
       searches.append({"pair": p, "who": who, "candidates": len(r.candidates), "search_s": round(r.search_s, 2), "opts": r.best_opts,
-                       "busy": r.conditions.get("busy"), "other_load": round(statistics.mean(c.other_load for c in r.candidates), 2)})
+                       "busy": r.conditions.get("busy"), "roofline": r.conditions.get("roofline"),
+                       "other_load": round(statistics.mean(c.other_load for c in r.candidates), 2)})
       print(f"{name} pair {p} {who}: {len(r.candidates)} candidates, {r.search_s:.1f} s, {r.best_opts}", file=sys.stderr)
   timed, keys = Timed(ast, 0), {json.dumps(x["opts"]) for x in searches}
   fns = {k: timed.timer(k, json.loads(k)) for k in sorted(keys)}
@@ -66,6 +69,7 @@ def main() -> None:
   p.add_argument("--beam", type=int, default=4)
   p.add_argument("--budget-s", type=float, default=240.0)
   p.add_argument("--model", type=json.loads, default={}, help="the model strategy's settings beside strategy=model (JSON)")
+  p.add_argument("--beam-settings", type=json.loads, default={}, help="the beam's settings beside its defaults (JSON)")
   p.add_argument("--min-time", type=float, default=0.5, help="seconds each winner is timed (interleaved)")
   p.add_argument("--json", type=Path)
   a = p.parse_args()
@@ -73,7 +77,7 @@ def main() -> None:
   print("| kernel | pairs | beam / model (median) | range | pairs >= 0.95 | candidates model / beam | search s model / beam | other load |")
   print("|---|---:|---:|---|---:|---:|---:|---:|")
   for name in a.kernels.split(","):
-    out["rows"].append(r := bench_kernel(name, kernel(name, ks), a, a.model))
+    out["rows"].append(r := bench_kernel(name, kernel(name, ks), a, a.model, a.beam_settings))
     print(summary(r), flush=True)
     if a.json: a.json.write_text(json.dumps(out, indent=1) + "\n")
 
