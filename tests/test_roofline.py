@@ -104,9 +104,10 @@ def test_a_search_of_a_memory_bound_kernel_ends_at_the_roofline_with_its_winner_
 
 @pytest.mark.timing
 def test_a_kernel_its_seeds_leave_far_from_the_roofline_is_searched_on(one_core):
-  # 32 ALU ops an element (SIN, EXP2) on 1M floats: compute, not the 12 MB it must move, is its time
-  k = elementwise_chain((1024, 1024), 32)
-  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=6, worth_s=0, roofline=True, busy_load=10, **FAST)))
+  # 32 ALU ops an element (SIN, EXP2) on 4M floats: compute, not the 48 MB it must move, is its time (at 1M floats, 12 MB,
+  # the stream ran from the cache under MIN_S and was not judged)
+  k = elementwise_chain((4096, 1024), 32)
+  r = tune(k, settings=SearchSettings.from_json(dict(beam=2, budget_candidates=4, worth_s=0, roofline=True, busy_load=10, **FAST)))
   assert not r.conditions["roofline"]["ended"] and r.conditions["roofline"]["best_s"] > 1.5 * r.conditions["roofline"]["stream_s"]
   assert max(c.round for c in r.candidates) >= 1
 
