@@ -208,12 +208,29 @@ def _cached(what: str | list[str], flags: tuple[str, ...], build: Callable[[str]
 
 def _split_kernel(src: str) -> tuple[str, str]:
   """(preamble, kernel) of a rendered source whose last definition is `void kernel(`, the preprocessor and attribute
-  lines right before it going with the kernel (an optimize attribute is the kernel's own); ("", "") otherwise."""
+  lines right before it going with the kernel (an optimize attribute is the kernel's own), but for the #endif of a block
+  the preamble opened (vecmath's guard, which a scalar kernel's preamble ends with): a batch of two such kernels had two
+  #endifs to one #if, failed to compile, and the builder compiled each alone; ("", "") otherwise."""
   if (at := src.find("\nvoid kernel(")) < 0 or (end := _body_end(src, src.find("{", at))) < 0 or src[end:].strip(): return "", ""
   lines = src[:at + 1].splitlines(keepends=True)
-  while lines and lines[-1].startswith(("#", "__attribute__")): lines.pop()
-  pre = "".join(lines)
+  kept = len(lines)
+  while kept and lines[kept - 1].startswith(("#", "__attribute__")): kept -= 1
+  while _nesting(lines[kept:]) != 0: kept += 1  # the preamble's #endif stays with its #if
+  pre = "".join(lines[:kept])
   return pre, src[len(pre):]
+
+def _nesting(lines: list[str]) -> Optional[int]:
+  """How deep the lines leave #if blocks open; None where an #endif closes one that opened before them."""
+  depth = 0
+  for line in lines:
+    if (depth := depth + _if_step(line)) < 0: return None
+  return depth
+
+def _if_step(line: str) -> int:
+  """1 where a line opens an #if block (#if, #ifdef, #ifndef), -1 where it closes one, else 0."""
+  if not (s := line.lstrip()).startswith("#"): return 0
+  directive = s[1:].lstrip()
+  return directive.startswith("if") - directive.startswith("endif")
 
 def _body_end(src: str, start: int) -> int:
   """The index past the brace that closes the one at `start` (-1: none)."""

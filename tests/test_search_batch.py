@@ -4,7 +4,7 @@ and a budget's remainder, the batches compiled at once balanced by their sources
 same (cached) batches."""
 from devices import cpu
 from linearizer import reference
-from linearizer.builders import conv2d
+from linearizer.builders import conv2d, softmax_exp_sum
 from linearizer.cachedir import cache_dir
 from linearizer.compare import compare
 from linearizer.kernel import Kernel
@@ -29,6 +29,24 @@ def test_candidates_with_one_preamble_share_a_unit_and_each_entry_point_computes
   for i in range(len(srcs)):
     bufs = reference.random_buffers(k, vv, 3)
     bufs[0][:] = 12345.0  # poisoned
+    cpu.Program(lib, f"kernel_{i}")(*bufs)
+    assert compare(k, bufs, want, vv) is None, f"kernel_{i}"
+
+
+def test_a_scalar_kernel_takes_the_lines_before_it_but_not_the_endif_of_its_preambles_guard():
+  # vecmath's guard closes right before a scalar kernel: taken as the kernel's, two kernels of one preamble made a unit
+  # of two #endifs to one #if, which failed to compile, and the builder compiled each candidate alone
+  k = softmax_exp_sum(16, 64)
+  root = Kernel(k, cpu.options())
+  pre = cpu._split_kernel(cpu.render(lower(root)))[0]
+  srcs = [s for s in dict.fromkeys(cpu.render(lower(c)) for c in children(root, actions_for(root.options))) if s.startswith(pre)]
+  assert pre.endswith("#endif\n") and len(srcs) > 1 and all(cpu._split_kernel(s)[0] == pre for s in srcs)
+  lib = cpu.compile_batch(srcs)
+  vv = k.var_vals()
+  want = reference.random_buffers(k, vv, 3)
+  reference.run(k, want, vv)
+  for i in range(len(srcs)):
+    bufs = reference.random_buffers(k, vv, 3)
     cpu.Program(lib, f"kernel_{i}")(*bufs)
     assert compare(k, bufs, want, vv) is None, f"kernel_{i}"
 
