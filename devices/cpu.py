@@ -169,22 +169,34 @@ def compile(src: str, flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 6
 
 def compile_batch(srcs: Sequence[str], flags: tuple[str, ...] = DEFAULT_FLAGS, timeout: float = 60.0) -> Binary:
   """Several sources, each with the entry point `kernel`, -> one shared library in one compiler invocation, where source
-  i's entry point is `kernel_i`, cached on disk as one. Sources whose text before their kernel (headers, typedefs, static
-  helpers: the preamble) is the same share one translation unit, the preamble once, each kernel under its own name; the
-  others get a unit each. A unit's fixed cost (cc1, as and the link starting, ~35-45 ms of CPU) is ~3x a small
-  kernel's own -O3 work; one unit and one link instead of one per source is what a search's batch saves."""
-  path = _compiler(_cc())[0]
-  units: dict[str | int, list[str]] = {}  # preamble (a source not split: its index) -> the unit's text, its kernels renamed
-  for i, src in enumerate(srcs):
-    pre, kern = _split_kernel(src)
-    unit = units.setdefault(pre if kern else i, [pre])
-    unit.append(f"#define kernel kernel_{i}\n{kern or src}#undef kernel\n")
+  i's entry point is `kernel_i`, cached on disk as one. The text before each kernel (headers, typedefs, static helpers:
+  the preamble) is merged into one translation unit, each of its top-level declarations once, the kernels after them,
+  each under its own name; a source whose preamble does not split into declarations gets a unit of its own. A unit's
+  fixed cost (cc1 starting and reading the headers, then as: 21-24 ms of CPU; the link, once a library, ~13 ms) is more
+  than a small kernel's own -O3 work (~8 ms). A unit per distinct preamble, as before, made 1-4 of a batch of 16: merged,
+  small corpus kernels' first two rounds cost 12% less compiler CPU (14-28% on batches of 9-11), 42 kernels' larger
+  hand-coded children 2.5%; every kernel's instructions the same (docs/benchmarks.md, session 24, cc24)."""
+  path, units = _compiler(_cc())[0], _units(srcs)
   def build(out: str) -> None:
     with tempfile.TemporaryDirectory(prefix="tunesvc-batch-") as d:
       files = [Path(d) / f"u{j}.c" for j in range(len(units))]
-      for f, text in zip(files, units.values()): f.write_text("".join(text))
+      for f, text in zip(files, units): f.write_text(text)
       _run([path, *flags, *map(str, files), "-o", out, "-lm"], "", timeout)
   return _cached(list(srcs), flags, build)
+
+
+def _units(srcs: Sequence[str]) -> list[str]:
+  """compile_batch's translation units: the merged one, then those of the sources whose preamble does not split."""
+  decls: dict[str, None] = {}  # the merged preamble's declarations, in the order the sources first have them
+  kernels, alone = [], []
+  for i, src in enumerate(srcs):
+    pre, kern = _split_kernel(src)
+    named = f"#define kernel kernel_{i}\n{kern or src}#undef kernel\n"
+    if kern and (parts := _declarations(pre)) is not None:
+      decls.update(dict.fromkeys(parts))
+      kernels.append(named)
+    else: alone.append(pre + named)
+  return ["".join(decls) + "".join(kernels)] * bool(kernels) + alone
 
 
 def _cached(what: str | list[str], flags: tuple[str, ...], build: Callable[[str], object]) -> Binary:
@@ -238,6 +250,21 @@ def _body_end(src: str, start: int) -> int:
   for m in re.compile(r"[{}]").finditer(src, max(start, 0)) if start >= 0 else ():
     if (depth := depth + (1 if m.group() == "{" else -1)) == 0: return m.end()
   return -1
+
+def _declarations(pre: str) -> Optional[list[str]]:
+  """A preamble's top-level declarations, each from its first line to where its braces and #if blocks close (None: some
+  never close). The renderer names each one by what it declares (a vector type, its helpers, a guarded vecmath
+  instance), so a declaration two sources share is the same text: merged, once. Were two different ones to clash, the
+  batch would fail to compile and the builder compile each source alone."""
+  out, lines, depth, nested = [], [], 0, 0
+  for line in pre.splitlines(keepends=True):
+    lines.append(line)
+    if line.lstrip().startswith("#"): nested += _if_step(line)
+    else: depth += line.count("{") - line.count("}")
+    if depth == nested == 0:
+      out.append("".join(lines))
+      lines = []
+  return None if lines else out
 
 
 def _ptr(b: np.ndarray) -> ctypes.c_void_p:

@@ -69,7 +69,7 @@ class Builder:
   pool's queue anyway), in the kernels' order in waves of a batch per worker, each wave's sources split over its
   batches by their length (balanced: below); the same kernels make the same batches, which the compile cache then
   holds (a search run again, the test suite's)."""
-  BATCH = 16      # sources per batch: a unit's fixed cost (cc1, as, the link starting: ~35-45 ms of CPU) is shared by more
+  BATCH = 16      # sources per batch: its fixed cost (cc1 starting, the headers, as and the link: ~37 ms of CPU) is shared by more
 
   def __init__(self, pool: CompilePool, module: str, k: KernelAST, options: LinearizerOptions, batch: bool = True):
     self.pool, self.module, self.k, self.options = pool, module, k, options

@@ -1,7 +1,8 @@
-"""Batched builds (devices/cpu.py compile_batch, search/builder.py): candidates sharing a preamble share a translation
-unit; each still computes its own kernel, and a kernel's own attributes stay with it; batches are sized by the workers
+"""Batched builds (devices/cpu.py compile_batch, search/builder.py): a batch's candidates share a translation unit, their
+preambles merged; each still computes its own kernel, and a kernel's own attributes stay with it; batches are sized by the workers
 and a budget's remainder, the batches compiled at once balanced by their sources' length, and the same kernels make the
 same (cached) batches."""
+import pytest
 from devices import cpu
 from linearizer import reference
 from linearizer.builders import conv2d, softmax_exp_sum
@@ -14,15 +15,21 @@ from search.builder import Build, Builder, balanced
 from search.pool import CompilePool
 
 
-def test_candidates_with_one_preamble_share_a_unit_and_each_entry_point_computes_its_own_kernel():
-  k = conv2d(1, 4, 8, 8, 4, 3, 3, padding=1)  # padded: most children load under a mask, whose kernels carry an optimize attribute
+@pytest.mark.parametrize("k", [conv2d(1, 4, 8, 8, 4, 3, 3, padding=1), softmax_exp_sum(16, 64)], ids=["masked", "exp2"])
+def test_a_batch_is_one_unit_its_preambles_merged_and_each_entry_point_computes_its_own_kernel(k, tmp_path, monkeypatch):
+  # masked: most children load under a mask, whose kernels carry an optimize attribute; exp2: vecmath's instances of
+  # several lane counts, each source holding those its own is built of
+  monkeypatch.setenv("TUNESVC_CACHE_DIR", str(tmp_path))  # compiled here, not found in the checkout's cache
   root = Kernel(k, cpu.options())
   srcs = list(dict.fromkeys(cpu.render(lower(c)) for c in children(root, actions_for(root.options))))
   split = [cpu._split_kernel(s) for s in srcs]
   assert all(p + kern == s for (p, kern), s in zip(split, srcs))
-  assert len({p for p, _ in split}) < len(srcs) // 2  # few units for many candidates
-  assert sum("optimize" in kern for _, kern in split) == sum("optimize" in s for s in srcs) > 0  # never left in a shared preamble
+  assert len({p for p, _ in split}) > 1  # preambles that differ: a unit each before they were merged
+  assert sum("optimize" in kern for _, kern in split) == sum("optimize" in s for s in srcs)  # never left in a shared preamble
+  run, cmds = cpu._run, []
+  monkeypatch.setattr(cpu, "_run", lambda cmd, *a, **kw: cmds.append(cmd) or run(cmd, *a, **kw))
   lib = cpu.compile_batch(srcs)
+  assert sum(x.endswith(".c") for x in cmds[-1]) == 1
   vv = k.var_vals()
   want = reference.random_buffers(k, vv, 3)
   reference.run(k, want, vv)
@@ -51,14 +58,17 @@ def test_a_scalar_kernel_takes_the_lines_before_it_but_not_the_endif_of_its_prea
     assert compare(k, bufs, want, vv) is None, f"kernel_{i}"
 
 
-def test_a_source_that_does_not_end_with_its_kernel_gets_a_unit_of_its_own():
+def test_a_source_that_does_not_end_with_its_kernel_or_whose_preamble_does_not_split_gets_a_unit_of_its_own():
   src = "#include <math.h>\nvoid kernel(float* restrict data0) { data0[0] = 1.0f; }\nstatic int after(void) { return 0; }\n"
   assert cpu._split_kernel(src) == ("", "")
-  lib = cpu.compile_batch([src, src])
-  for i in range(2):
+  brace = "/* a brace in a comment: { */\nstatic float two(void) { return 2.0f; }\nvoid kernel(float* restrict data0) { data0[0] = two(); }\n"
+  assert cpu._split_kernel(brace)[1] and cpu._declarations(cpu._split_kernel(brace)[0]) is None  # its braces never close
+  assert len(cpu._units([src, brace, brace])) == 3
+  lib = cpu.compile_batch([src, brace, brace])
+  for i, want in enumerate([1.0, 2.0, 2.0]):
     out = cpu.alloc(1, "float32")
     cpu.Program(lib, f"kernel_{i}")(out)
-    assert out[0] == 1.0
+    assert out[0] == want
 
 
 def test_a_budgets_last_candidates_are_batched_by_their_share_a_worker_not_by_the_full_batch():
