@@ -2,9 +2,8 @@
 end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
 child, against a lowering's ~5 and a compile's 10-100) are proposed in the
 order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them
-(and the best-ranked child of each thread count those hold none of, one core counted as one, and the best-ranked BLOCK
-child where those hold none: the model cannot rank across them; the one-core lineage keeps the beam's last slot while it
-verifies).
+and the best-ranked child of each thread count and of each op on the beam's fastest member those hold none of
+(lineages: the model cannot rank across them; the one-core lineage keeps the beam's last slot while it verifies).
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
 baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate
@@ -37,6 +36,36 @@ OPTIMISM = 2.0   # spreads below its predicted log time an explored child may li
 
 def _threads(k: Kernel) -> int: return next((o.amt or 0 for o in k.applied_opts if o.op is OptOp.THREAD), 1)  # the parts its work is split in
 def _alone(k: Kernel) -> bool: return _threads(k) == 1  # runs on one core
+
+def kinds(k: Kernel, lead: tuple[Opt, ...]) -> set:
+  """The lineages a child opens, of which a cut round measures one child each (lineages): the parts its work is split in
+  (one core counted as one) and, where it is a child of the beam's fastest member `lead`, its last opt's op -- the member
+  the search most likely goes on from, every op of which the beam measures (an UPCAST of the hand-coded schedule)."""
+  *parent, o = k.applied_opts or [None]
+  return {_threads(k), *([o.op] if o is not None and tuple(parent) == lead else [])}
+
+def lineages(of: Sequence[set], ranked: Sequence[int], chosen: Sequence[int]) -> list[int]:
+  """Which of a round's children a cut measures (indices; of[i]: child i's kinds): `chosen`, then, in rank order, the
+  best-ranked child of every kind those hold none of.
+
+  What a model of other kernels' timings cannot rank across: THREAD's worth depends on what keeps the other cores busy
+  while the kernel runs, which it cannot know (beam's prune exempts THREAD for that reason), and a lineage's worth lies
+  a few opts on, where its first child may be no faster than its siblings. A top of one thread count lost the others'
+  lineages (sops_2123's winner threads its first axis 3 ways, a child a cut never measured: QUIET, Zen 4, 0.82x the
+  beam's; session 14's model ranked its THREAD 3 above THREAD 2 and lost to the beam's THREAD 2, 0.78x); a top of a few
+  ops lost the others' (sum_rows_4096, QUIET, session 23: the beam's winner upcast the hand-coded schedule's rows twice,
+  the model's unrolled its reduce, 0.80x in one pair; 4 of the 10 kernels the model never brought within 95% of the
+  beam-8 reference took a BLOCK the prior ranked 12th-15th among its parent's children). Replayed on the rounds of the
+  shipped priors' recorded beam searches (~100 of ~30 children in each family, ranked by a model fitted on the other 39
+  kernels' rows, measure_top 9): these kinds measure 11.5 children a round, and the round's best child or one within 5%
+  of it is among them in 85% of the rounds on AVX-512 and 73% on AVX2, the worst round's best measured 2.6x and 3.3x the
+  round's best. The 11 best-ranked: 75% and 66%, 5.9x and 4.8x; thread counts and a BLOCK (the cut before, ~10): 75% and
+  62%, 4.2x and 4.3x; a child of every op on every member besides (~16): 89% and 77%, 2.6x and 3.3x, but its searches
+  measured nearly the beam's candidates (BUSY: sum_rows_4096 89 against 117, mul_add_16m 93 against ~64)."""
+  out, kept = list(chosen), set().union(*(of[i] for i in chosen))
+  for i in ranked:
+    if new := of[i] - kept: out, kept = out + [i], kept | new
+  return out
 
 def explored(top: int) -> int:
   """How many of a round's top measured children are explored: 1 of 3 to 7, 2 of 8 to 12, none of 1 or 2."""
@@ -77,23 +106,10 @@ class ModelBeamStrategy(BeamStrategy):
       return
     best = ranked[:top - explored(top)]
     hope = [int(i) for i in np.argsort(mean - OPTIMISM * spread, kind="stable") if i not in best][:explored(top)]
-    # What the model cannot rank across: THREAD's worth depends on what keeps the other cores busy while the kernel runs,
-    # which a model of other timings cannot know (beam's prune exempts THREAD for that reason), and a BLOCK's on the
-    # caches. So besides the top, the best-ranked child of every thread count the top holds none of (one core counted as
-    # one), and where it holds no BLOCK child the best-ranked one, are measured too: on 2 cores (one core, THREAD 2, 3:
-    # search/actions.py thread_amounts) 3 more a round at most. A top of one count lost the others' lineages: sops_2123's
-    # winner threads its first axis 3 ways, a child the cut never measured (QUIET, Zen 4: 0.82x the beam's); session 14's
-    # model ranked its THREAD 3 above THREAD 2 and lost to the beam's THREAD 2 (0.78x); a busy round timed a threaded child
-    # while the other core was free and the search followed that lineage alone, where the beam's deeper one-core winners
-    # were faster at the final check (mul_add_16m 0.89x, sum_rows_4096 0.50-0.54x, session 18). Of the 10 kernels whose
-    # model search never came within 95% of the beam-8 reference (bench/results/sample_efficiency.json), 4 winners took a
-    # BLOCK the shipped prior ranked 12th-15th among its parent's children (of the 13 it came near, 2)
-    def kinds(c: Kernel) -> set: return {_threads(c)} | ({OptOp.BLOCK} if c.applied_opts and c.applied_opts[-1].op is OptOp.BLOCK else set())
-    kept = set().union(*(kinds(self.pending[i]) for i in best + hope))
-    for i in ranked:
-      if new := kinds(self.pending[i]) - kept: best, kept = best + [i], kept | new
-    chosen = set(best + hope)
-    self.pending, self.rest, self.partial = [self.pending[i] for i in best + hope], [self.pending[i] for i in ranked if i not in chosen], True
+    lead = tuple(self.beam[0].applied_opts)
+    chosen = lineages([kinds(c, lead) for c in self.pending], ranked, best + hope)
+    taken = set(chosen)
+    self.pending, self.rest, self.partial = [self.pending[i] for i in chosen], [self.pending[i] for i in ranked if i not in taken], True
 
   def _next_beam(self, ok: list[Kernel]) -> list[Kernel]:
     """The fastest verified children, and where those all run threaded the fastest verified one-core child in the last

@@ -1,6 +1,6 @@
 """Realistic search results for the service's tests: example kernels, the hand-coded schedule as the baseline, and
 candidates of every kind a search measures (the seeds, a winner, one stopped early, failures)."""
-import collections, functools, json
+import functools, json
 from pathlib import Path
 from devices import cpu
 from linearizer.ast import KernelAST, loads
@@ -64,9 +64,10 @@ def thread_count(opts) -> int:
   return next((o.amt if isinstance(o, Opt) else o["amt"] for o in opts if (o.op if isinstance(o, Opt) else OptOp(o["op"])) is OptOp.THREAD), 1)
 
 def cut_to(round_opts: list, top: int) -> bool:
-  """Whether a model-strategy round measured as its cut says (search/model_beam.py): its top children, and one more for
-  each thread count (one core counted as one) those hold none of -- then the round's one child of that count --, and one
-  more where they hold no BLOCK child -- then the round's one BLOCK child. round_opts: each measured child's opts."""
-  extra, counts = len(round_opts) - top, collections.Counter(map(thread_count, round_opts))
-  blocks = sum((o[-1].op is OptOp.BLOCK) if isinstance(o[-1], Opt) else o[-1]["op"] == "BLOCK" for o in round_opts if o)
-  return extra <= 0 or sum(n == 1 for n in counts.values()) + (blocks == 1) >= extra
+  """Whether a model-strategy round measured no more than its cut allows (search/model_beam.py lineages): its top
+  children, and one more for each kind (a thread count, one core counted as one; an op on the beam's fastest member,
+  the lead) those hold none of -- each adds a kind, and the top holds one at least. round_opts: each measured child's
+  opts (Opts or their JSON), in any order; the lead, one of their parents."""
+  ops = [[o if isinstance(o, Opt) else Opt.from_json(o) for o in opts] for opts in round_opts]
+  def kinds(o: list, lead: tuple) -> set: return {thread_count(o)} | ({o[-1].op} if tuple(o[:-1]) == lead else set())
+  return len(ops) <= top or any(len(ops) - top <= len(set().union(*(kinds(o, lead) for o in ops))) - 1 for lead in {tuple(o[:-1]) for o in ops})
