@@ -41,8 +41,8 @@ def kinds(k: Kernel, lead: tuple[Opt, ...]) -> set:
   """The lineages a child opens, of which a cut round measures one child each (lineages): the parts its work is split in
   (one core counted as one) and, where it is a child of the beam's fastest member `lead`, its last opt's op -- the member
   the search most likely goes on from, every op of which the beam measures (an UPCAST of the hand-coded schedule)."""
-  *parent, o = k.applied_opts or [None]
-  return {_threads(k), *([o.op] if o is not None and tuple(parent) == lead else [])}
+  opts = k.applied_opts
+  return {_threads(k), *([opts[-1].op] if opts and tuple(opts[:-1]) == lead else [])}
 
 def lineages(of: Sequence[set], ranked: Sequence[int], chosen: Sequence[int]) -> list[int]:
   """Which of a round's children a cut measures (indices; of[i]: child i's kinds): `chosen`, then, in rank order, the

@@ -188,7 +188,7 @@ def test_a_cut_search_keeps_a_one_core_lineage_that_wins_later_where_the_threade
   measured = drive(ModelBeamStrategy([k.copy()], acts, s, fitted=_ThreadsFirst()), measure)
   best, c = min(((k, c) for k, c in measured), key=lambda p: p[1].min_s)
   assert all(o.op is not OptOp.THREAD for o in best.applied_opts) and len(best.applied_opts) >= 3 and c.min_s < 0.4e-3
-  assert all(cut_to([o for r, o in log if r == i], 2) for i in range(1, 5))  # and one child more of each thread count its top lacks
+  assert all(cut_to([o for r, o in log if r == i], 2) for i in range(1, 5))  # and one child more of each kind its top lacks
 
 
 def _fitted_elsewhere(k: Kernel) -> CostModel:
@@ -329,11 +329,11 @@ def test_a_cost_model_trained_from_the_store_is_fetched_by_a_worker_and_ranks_it
     r = user.job(job["job_id"])["result"]
     [res] = [res for res in user.kernel(second.key)["results"] if res["job_id"] == job["job_id"]]
     round1 = [m for m in res["measurements"] if m["round"] == 1]
-    # its top 3 (and the best-ranked child of each thread count, and a BLOCK, those hold none of); where none of them
-    # verified (all slow: 3x the best, which the prior's busy timings may rank first on a busy machine), its next 3 too
+    # its top 3 (and the best-ranked child of each thread count and each op on the lead those hold none of); where none of
+    # them verified (all slow: 3x the best, which the prior's busy timings may rank first on a busy machine), its next 3 too
     # (search/beam.py)
     cut = (cut_to([m["opts"] for m in round1], 3)
-           or len(round1) <= 9 and not any(m["status"] == "ok" and m["verified"] for m in round1[:3]))
+           or cut_to([m["opts"] for m in round1], 6) and not any(m["status"] == "ok" and m["verified"] for m in round1[:3]))
     assert r["verified"] and round1 and cut and 3 < sum(1 for _ in children(Kernel(second, o), actions_for(o))), \
       [(m["status"], m["verified"]) for m in round1]
 
@@ -356,9 +356,9 @@ def test_the_model_strategy_tunes_an_example_measuring_fewer_candidates_than_bea
   def members_children(r: int) -> int:
     members = {json.dumps(c.opts[:-1]) for c in model.candidates if c.round == r}
     return sum(1 for m in members for _ in children(Kernel(ast, o).apply_opts(json.loads(m)), actions_for(o)))
-  def cut(r: int) -> bool:  # its top 4 (and one of each thread count and a BLOCK those lack: 3 more); where none verified (all slow: a
+  def cut(r: int) -> bool:  # its top 4 (and one of each thread count and op on the lead those lack); where none verified (all slow: a
     got = [c for c in model.candidates if c.round == r]  # busy machine), its next 4 too (search/beam.py)
-    return cut_to([c.opts for c in got], 4) or len(got) <= 11 and not any(c.status is Status.OK and c.verified for c in got[:4])
+    return cut_to([c.opts for c in got], 4) or cut_to([c.opts for c in got], 8) and not any(c.status is Status.OK and c.verified for c in got[:4])
   # the model ranked a round; a failure names the rounds it did not cut, each candidate in measuring order
   assert ranked and all(cut(r) for r in ranked), {r: [(c.status.value, c.verified) for c in model.candidates if c.round == r]
                                                   for r in ranked if not cut(r)} or "no round ranked"

@@ -90,8 +90,12 @@ def test_the_cost_model_learns_from_kernels_alike_and_orders_a_warm_searchs_chil
   assert first("beam") > times[len(times) // 8]
   for warm in ("warm beam", "warm model"):  # the neighbour's data: ranked from round 1, among the round's fastest first
     assert first(warm) <= times[len(times) // 8] and runs[warm][1] < runs["beam"][1]
-  # the model strategy cuts the round (its top 4, and one child of each thread count those lack), the beam does not
-  assert s.measure_top <= len(runs["warm model"][0]) < len(runs["warm beam"][0]) and cut_to(runs["warm model"][0], s.measure_top)
+  # the model strategy cuts the round (its top 4, and one child of each thread count and op on the lead those lack: more
+  # than the 7 the budget left), the beam does not
+  log = []
+  drive(ModelBeamStrategy(seeds(), actions, s, extra(), prior), _timed(log), len(seeds()) + len(round1))
+  cut = [opts for r, opts in log if r == 1]
+  assert s.measure_top <= len(cut) < len(round1) and cut_to(cut, s.measure_top)
 
 
 def test_a_warm_search_of_a_neighbour_seeds_its_refitted_winner_and_learns_from_its_measurements(tmp_path):
