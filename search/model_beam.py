@@ -1,9 +1,9 @@
 """Beam search guided by a cost model, a Strategy (search/strategy.py) beside BeamStrategy: the same beam and the same
 end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
-child, against a lowering's ~5 and a compile's 10-100) are proposed in the
-order a cost model trained on the measurements so far ranks them, fastest first, and with `cut` only measure_top of them
-and the best-ranked child of each thread count and of each op on the beam's fastest member those hold none of
-(lineages: the model cannot rank across them; the one-core lineage keeps the beam's last slot while it verifies).
+child, against a lowering's ~5 and a compile's 10-100) are proposed in the order a cost model trained on the
+measurements so far ranks them, fastest first, and with `cut` only measure_top of them and the best-ranked child of each
+thread count and of each op on the beam's fastest member those hold none of (lineages: the model cannot rank across
+them; the one-core lineage keeps the beam's last slot while it verifies).
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
 baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate
@@ -61,7 +61,8 @@ def lineages(of: Sequence[set], ranked: Sequence[int], chosen: Sequence[int]) ->
   of it is among them in 85% of the rounds on AVX-512 and 73% on AVX2, the worst round's best measured 2.6x and 3.3x the
   round's best. The 11 best-ranked: 75% and 66%, 5.9x and 4.8x; thread counts and a BLOCK (the cut before, ~10): 75% and
   62%, 4.2x and 4.3x; a child of every op on every member besides (~16): 89% and 77%, 2.6x and 3.3x, but its searches
-  measured nearly the beam's candidates (BUSY: sum_rows_4096 89 against 117, mul_add_16m 93 against ~64)."""
+  measured near the beam's candidates (BUSY: sum_rows_4096 89 against the beam's 117, mul_add_16m 93 where the beam
+  measures 49-64)."""
   out, kept = list(chosen), set().union(*(of[i] for i in chosen))
   for i in ranked:
     if new := of[i] - kept: out, kept = out + [i], kept | new
