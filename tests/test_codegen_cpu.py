@@ -90,6 +90,22 @@ def test_max_propagates_nan_and_comparisons_treat_nan_as_false(device):
   check(kernel(red("MAX", ld(1, (5,)), [0])), [a], device=device)
 
 
+@pytest.mark.parametrize("dt", [float32, F64, float16, BF16], ids=lambda dt: dt.name)
+def test_a_scalar_float_max_selects_computed_values_and_propagates_nan(dt):
+  """A scalar float MAX in C is the larger by maxss's pattern, then a where a is NaN: two selects of values already
+  computed, which gcc makes branch-free (a compare in one arm of ?: it branched on: a tree of maxes over random data 8x
+  slower, corpus sops_13891). NaN either side, infinities and signed zeros as the reference, as a chain and a tree."""
+  x = reference.random_floats(np.random.default_rng(0), 64 * 64).astype(dt.np).reshape(64, 64)
+  x[0], x[1, 0], x[2, -1], x[3, :2], x[4] = F("nan"), F("nan"), F("nan"), (F("inf"), F("nan")), F("-inf")
+  x[5], x[6, ::2] = -0.0, 0.0
+  k = kernel(red("MAX", ld(1, (64, 64), dt), [0]))  # down the columns: an unrolled step's loads are no vector
+  for opts in ([], [Opt("UNROLL", 0, 8)]):
+    src = cpu.render(program(k, opts))
+    fmax = re.findall(r"m_=(\S+?)>(\S+?)\?\1:\2; !\(\1<=\1\)\?\1:m_;", src)
+    assert len(fmax) == sum(op == "MAX" for op in ops(program(k, opts))) > 0 and "||" not in src, src
+    check(k, [x.T.reshape(-1)], opts=opts)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_bool_ops_and_integer_wrapping(device):
   a, b = np.array([0, 0, 1, 1], bool), np.array([0, 1, 0, 1], bool)
