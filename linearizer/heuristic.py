@@ -654,7 +654,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   # (3x3 convs of 512 channels at 7x7, 18 KB a channel: 18.6 -> 2.9 ms, 1 thread, busy Zen 4); not where some vector
   # is (masked conv rows: sops_2460 0.39x), nor where the channels are no multiple of the full width (47 of 130 corpus
   # kernels slower)
-  elif not gpu and widths and vec is None and _packed_vector(k, widest, narrow=True):
+  elif not gpu and widths and vec is None and (_packed_vector(k, widest, narrow=True) or _half_width_channels(k, widest, widths, vector_reduce)):
     return _threads(k, work, transcendentals, start, split_packs=_packs_outweigh(k))
   if vec is not None and _try(k, Opt(OptOp.UPCAST, vec, widest)): upcasted.add(vec)
   elif k.reduceop is not None and not gpu and widths and not vector_reduce and (streamed := _streamed_row(k, widths)) is not None:
@@ -704,6 +704,16 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
   # 4. GPUs: work-groups; CPUs: threads
   if gpu and not k.dont_use_locals: _locals(k)
   return _threads(k, work, transcendentals, start)
+
+def _half_width_channels(k: Kernel, widest: int, widths: tuple[int, ...], vector_reduce: bool) -> bool:
+  """CPUs, no output axis a vector and channels that half the widest width divides and the widest does not (136 on
+  AVX-512): _packed_vector at half the width, where its tile keeps two accumulators or more, instead of the reduce's
+  unroll below, which would be a half-width vector that gathers the input a lane at a time. 1 thread, BUSY Zen 4, thread
+  CPU time, interleaved: 1x1 convs 136 channels 7x7 1.86x, 14x14 1.86x, 72 channels 7x7 1.96x; corpus sops_3200 (four
+  groups of 136 at 7x7 under a BatchNorm, 0.43x torch.compile at 2 threads) 4.66x, the only corpus kernel it changes
+  (AVX2 schedules, TUNESVC_CPU_LANES=8: sops_7448 and sops_3203, 1.06-1.07x)."""
+  return not vector_reduce and widest // 2 in widths and _contiguous_reduce(k, k.shape_len - k.upcasted - 1, widest // 2) and \
+    _packed_vector(k, widest // 2, beat=1)
 
 def _threads(k: Kernel, work: int, transcendentals: int, start: int, split_packs: bool = False) -> list[Opt]:
   """CPUs: threads, splitting the outermost global axis when there is enough work to pay for waking them, or where none

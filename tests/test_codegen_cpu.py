@@ -365,6 +365,23 @@ def test_a_padded_or_strided_convs_vector_is_its_output_channels_with_the_weight
     check(k, opts=opts)
 
 
+def test_channels_a_multiple_of_half_the_width_only_take_half_width_vectors_with_the_weights_packed():
+  # a 1x1 conv whose channels half the widest vector divides and the widest does not (136 on AVX-512, 68 on AVX2): the
+  # output channels in half-width vectors, the weights packed, a row of pixels reusing each, not the reduce's unroll as
+  # the vector, which gathered the input a lane at a time (1 thread, BUSY Zen 4: 136 channels 7x7 1.9x; corpus sops_3200,
+  # four groups of 136 at 7x7 under a BatchNorm, 4.7x)
+  w = max(cpu.options().float_vector_widths) // 2
+  if w not in cpu.options().float_vector_widths: pytest.skip("no vector of half the widest width")
+  k = conv2d(1, 17 * w, 7, 7, 17 * w, 1, 1)
+  kern = Kernel(k, cpu.options())
+  opts = hand_coded_optimizations(kern)
+  applied = [(o.op, o.axis, o.amt) for o in opts]
+  assert applied[:2] == [("BLOCK", 0, w), ("UPCAST", 1, 0)] and ("PACK", 2, None) in applied, opts
+  prog = lower(kern)
+  assert any(u.op == "LOAD" and u.vec == w and u.arg[0] == "pack2" for u in prog.uops) and not any(u.op == "VBUILD" for u in prog.uops)
+  check(k, opts=opts)
+
+
 def test_an_avx2_window_row_of_one_vector_takes_the_whole_row_where_the_budgets_half_keeps_under_4_pixels():
   # a padded 3x3 conv of 14-wide rows, one vector of channels beside the window's row: AVX2's budget (12) halved for the
   # next pixel axis kept 2 pixels (3x3 256 channels 14x14, busy Zen 3, 1 thread: 6.4 -> 3.7-4.0 ms with the row's 14);
