@@ -2,7 +2,7 @@
 
 # The version of the code a schedule becomes (lowering and rendering): bump it with every change to the code they
 # generate. Device fingerprints carry it, so timings measured on older code miss instead of being reused.
-CODEGEN_VERSION = 25
+CODEGEN_VERSION = 26
 
 # The version of the search's action space (search/actions.py's list of opts and what each means): bump it when the
 # list or an opt's meaning changes, so results searched over another space are never reused as if they were this one's.
