@@ -40,9 +40,11 @@ def _alone(k: Kernel) -> bool: return _threads(k) == 1  # runs on one core
 def kinds(k: Kernel, lead: tuple[Opt, ...]) -> set:
   """The lineages a child opens, of which a cut round measures one child each (lineages): the parts its work is split in
   (one core counted as one) and, where it is a child of the beam's fastest member `lead`, its last opt's op -- the member
-  the search most likely goes on from, every op of which the beam measures (an UPCAST of the hand-coded schedule)."""
+  the search most likely goes on from, every op of which the beam measures (an UPCAST of the hand-coded schedule) -- and
+  a BLOCK of any member: its worth lies in the caches, which the model ranks worst (QUIET, Zen 4, session 24: without it
+  sops_2123 lost the beam's `UPCAST 1 16, THREAD 1 2, BLOCK 2 16` lineage, 0.43-0.93x)."""
   opts = k.applied_opts
-  return {_threads(k), *([opts[-1].op] if opts and tuple(opts[:-1]) == lead else [])}
+  return {_threads(k), *([opts[-1].op] if opts and (tuple(opts[:-1]) == lead or opts[-1].op is OptOp.BLOCK) else [])}
 
 def lineages(of: Sequence[set], ranked: Sequence[int], chosen: Sequence[int]) -> list[int]:
   """Which of a round's children a cut measures (indices; of[i]: child i's kinds): `chosen`, then, in rank order, the

@@ -69,5 +69,5 @@ def cut_to(round_opts: list, top: int) -> bool:
   the lead) those hold none of -- each adds a kind, and the top holds one at least. round_opts: each measured child's
   opts (Opts or their JSON), in any order; the lead, one of their parents."""
   ops = [[o if isinstance(o, Opt) else Opt.from_json(o) for o in opts] for opts in round_opts]
-  def kinds(o: list, lead: tuple) -> set: return {thread_count(o)} | ({o[-1].op} if tuple(o[:-1]) == lead else set())
+  def kinds(o: list, lead: tuple) -> set: return {thread_count(o)} | ({o[-1].op} if tuple(o[:-1]) == lead or o[-1].op is OptOp.BLOCK else set())
   return len(ops) <= top or any(len(ops) - top <= len(set().union(*(kinds(o, lead) for o in ops))) - 1 for lead in {tuple(o[:-1]) for o in ops})

@@ -18,7 +18,7 @@ from search.cost_model import CostModel
 from search.beam import BeamStrategy
 from search.cache import ResultCache
 from search.features import AT, NAMES, S_AT, SCHEDULE_NAMES, features, schedule_features
-from search.model_beam import MIN_TRAIN, ModelBeamStrategy, measured
+from search.model_beam import MIN_TRAIN, ModelBeamStrategy, kinds, measured
 from search.result import Candidate, Status
 from search.settings import SearchSettings, StrategySettings
 from search.similar import Tuned
@@ -162,7 +162,7 @@ def test_a_cut_round_measures_the_best_ranked_child_of_every_thread_count_and_ev
   s = StrategySettings(beam=2, measure_top=top, max_rounds=1)
   drive(ModelBeamStrategy([hand, k.copy()], acts, s, fitted=_UnrollsFirst()), _feature_timed(log))
   round1 = [o for r, o in log if r == 1]
-  def kinds(o) -> set: return {thread_count(o)} | ({o[-1].op} if o[:-1] == lead else set())
+  def kinds(o) -> set: return {thread_count(o)} | ({o[-1].op} if o[:-1] == lead or o[-1].op is OptOp.BLOCK else set())
   assert all(o[-1].op is OptOp.UNROLL and o[:-1] == lead for o in by_rank[:top]) and set(by_rank[:top]) <= set(round1)
   assert {OptOp.UPCAST, OptOp.BLOCK, OptOp.PADTO, 1, 2} <= set().union(*map(kinds, by_rank))
   assert set().union(*map(kinds, round1)) == set().union(*map(kinds, by_rank)) and len(round1) < len(kids) and cut_to(round1, top), round1
@@ -170,6 +170,20 @@ def test_a_cut_round_measures_the_best_ranked_child_of_every_thread_count_and_ev
   for i, o in enumerate(round1[top:], top):
     new = kinds(o) - set().union(*map(kinds, round1[:i]))
     assert new and not any(kinds(p) & new for p in by_rank[:by_rank.index(o)] if p not in round1), o
+
+
+def test_a_block_child_of_any_member_opens_the_block_lineage_other_ops_only_on_the_lead():
+  # QUIET, Zen 4, session 24: a cut that measured the lead's ops alone lost sops_2123's winning lineage, a BLOCK of the
+  # beam's second member (`UPCAST 1 16, THREAD 1 2, BLOCK 2 16`: 0.43-0.93x the beam's)
+  o = dataclasses.replace(cpu.options(), threads=2)
+  k = Kernel(matmul(64, 64, 64), o)
+  lead = tuple(k.copy().apply_opts(hand_coded_optimizations(k.copy())).applied_opts)
+  kids = list(children(k, actions_for(o)))
+  block = next(c for c in kids if c.applied_opts[-1].op is OptOp.BLOCK)
+  upcast = next(c for c in kids if c.applied_opts[-1].op is OptOp.UPCAST)
+  assert tuple(k.applied_opts) != lead
+  assert kinds(block, lead) == {1, OptOp.BLOCK} and kinds(upcast, lead) == {1}
+  assert kinds(upcast, ()) == {1, OptOp.UPCAST}  # a child of the lead: its op
 
 
 def test_a_cut_search_keeps_a_one_core_lineage_that_wins_later_where_the_threaded_one_looked_best_early():
