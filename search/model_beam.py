@@ -2,8 +2,8 @@
 end, but each round's children (all featurised from their schedules, search/features.py schedule_features: ~0.2 ms a
 child, against a lowering's ~5 and a compile's 10-100) are proposed in the order a cost model trained on the
 measurements so far ranks them, fastest first, and with `cut` only measure_top of them and the best-ranked child of each
-thread count and of each op on the beam's fastest member those hold none of (lineages: the model cannot rank across
-them; the one-core lineage keeps the beam's last slot while it verifies).
+thread count, of each op on the beam's fastest member and of BLOCK those hold none of (lineages: the model cannot rank
+across them; the one-core lineage keeps the beam's last slot while it verifies).
 Before there is enough to learn from (MIN_TRAIN measurements: round 1, after the seeds alone) the round measures every
 child, as the beam does: a broad sample of measure_top children there missed the best branch (sops_4927 kept its
 baseline). Of the measure_top, explored() go not to the predicted fastest but to those the model may most underrate

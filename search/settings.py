@@ -52,10 +52,11 @@ class StrategySettings:
   worth_s: float = job_field(1e-3, "worth (hand-coded time x runs per inference) at which a search gets its whole budget; "
                              "less worth gets the square root of its share of it (0: every kernel all of it)", ge=0, le=3600)
   min_effort: float = job_field(0.1, "the least share of the budget a kernel of little worth gets", gt=0, le=1)
-  # end the search at a schedule as fast as a stream of the bytes its kernel must move (search/roofline.py). Off until a
-  # quiet A/B against the full search shows its winners within noise (docs/benchmarks.md, session 24 helper rf24): at
-  # load 9-20 on 2 cores nothing was measured to 5% (mul_add_16m's stopped winner 0.49-1.04x the full search's, the
-  # hand-coded schedule and a one-opt child of it 0.74-2.0x of each other in 12 judgements)
+  # end the search at a schedule as fast as a stream of the bytes its kernel must move (search/roofline.py). Off: BUSY
+  # (load 9-20, helper rf24) nothing was measured to 5%; QUIET (Zen 4, session 24 lead, docs/benchmarks.md) it ended
+  # mul_add_16m after its seeds at 0.99x the full search's winner, and judged sops_170 (8M elements) without stopping
+  # (288 candidates against the full search's 213: the judgements' cost or the beam's variance, not separated): one
+  # kernel of each is no verdict yet
   roofline: bool = False
 
   def effort(self, worth_s: float) -> float:

@@ -1,6 +1,7 @@
 """Realistic search results for the service's tests: example kernels, the hand-coded schedule as the baseline, and
 candidates of every kind a search measures (the seeds, a winner, one stopped early, failures)."""
 import functools, json
+from typing import Sequence
 from pathlib import Path
 from devices import cpu
 from linearizer.ast import KernelAST, loads
@@ -63,11 +64,16 @@ def thread_count(opts) -> int:
   """The parts a schedule's THREAD splits its work in (1: none, one core): opts as Opts or their JSON."""
   return next((o.amt if isinstance(o, Opt) else o["amt"] for o in opts if (o.op if isinstance(o, Opt) else OptOp(o["op"])) is OptOp.THREAD), 1)
 
+def lineage_kinds(opts: Sequence[Opt], lead: Sequence[Opt]) -> set:
+  """The kinds of lineage a child's opts open, as the cut counts them (search/model_beam.py kinds), written again here
+  as the tests' oracle: its thread count (one core counted as one), and its last op where it is a child of the lead
+  (the beam's fastest member) or a BLOCK."""
+  return {thread_count(opts)} | ({opts[-1].op} if tuple(opts[:-1]) == tuple(lead) or opts[-1].op is OptOp.BLOCK else set())
+
 def cut_to(round_opts: list, top: int) -> bool:
   """Whether a model-strategy round measured no more than its cut allows (search/model_beam.py lineages): its top
-  children, and one more for each kind (a thread count, one core counted as one; an op on the beam's fastest member,
-  the lead) those hold none of -- each adds a kind, and the top holds one at least. round_opts: each measured child's
-  opts (Opts or their JSON), in any order; the lead, one of their parents."""
+  children, and one more for each kind (lineage_kinds) those hold none of -- each adds a kind, and the top holds one at
+  least. round_opts: each measured child's opts (Opts or their JSON), in any order; the lead, one of their parents."""
   ops = [[o if isinstance(o, Opt) else Opt.from_json(o) for o in opts] for opts in round_opts]
-  def kinds(o: list, lead: tuple) -> set: return {thread_count(o)} | ({o[-1].op} if tuple(o[:-1]) == lead or o[-1].op is OptOp.BLOCK else set())
-  return len(ops) <= top or any(len(ops) - top <= len(set().union(*(kinds(o, lead) for o in ops))) - 1 for lead in {tuple(o[:-1]) for o in ops})
+  leads = {tuple(o[:-1]) for o in ops}
+  return len(ops) <= top or any(len(ops) - top <= len(set().union(*(lineage_kinds(o, lead) for o in ops))) - 1 for lead in leads)

@@ -2,7 +2,7 @@ import dataclasses, itertools, json, logging, math
 from pathlib import Path
 import numpy as np
 import pytest
-from search_results import cpu_fingerprint, cut_to, search_result, thread_count
+from search_results import cpu_fingerprint, cut_to, lineage_kinds, search_result
 from devices import cpu
 from linearizer import ACTION_SPACE_VERSION, CODEGEN_VERSION
 from linearizer import reference
@@ -162,7 +162,7 @@ def test_a_cut_round_measures_the_best_ranked_child_of_every_thread_count_and_ev
   s = StrategySettings(beam=2, measure_top=top, max_rounds=1)
   drive(ModelBeamStrategy([hand, k.copy()], acts, s, fitted=_UnrollsFirst()), _feature_timed(log))
   round1 = [o for r, o in log if r == 1]
-  def kinds(o) -> set: return {thread_count(o)} | ({o[-1].op} if o[:-1] == lead or o[-1].op is OptOp.BLOCK else set())
+  def kinds(o) -> set: return lineage_kinds(o, lead)
   assert all(o[-1].op is OptOp.UNROLL and o[:-1] == lead for o in by_rank[:top]) and set(by_rank[:top]) <= set(round1)
   assert {OptOp.UPCAST, OptOp.BLOCK, OptOp.PADTO, 1, 2} <= set().union(*map(kinds, by_rank))
   assert set().union(*map(kinds, round1)) == set().union(*map(kinds, by_rank)) and len(round1) < len(kids) and cut_to(round1, top), round1
